@@ -1,0 +1,138 @@
+"""The engine contract: what every engine receives and must return.
+
+An engine is a pure function of (problem, history, state, rng)::
+
+    proposal = engine.suggest(problem, history, count, state, rng)
+
+Rules every engine follows (``tests/engines/test_contract.py`` checks them for every name in
+``engines.registry``):
+
+- It returns exactly ``count`` points, ``proposal.X: (count, d)`` float64 in ``[0, 1]``.
+  Points are decoded by ``problem.space``; an engine that wants distinct trials compares points
+  after ``problem.space.snap``.
+- ``history.X_pending`` holds points asked and not yet told. An engine treats them as already
+  chosen (fantasies, ``X_pending`` in BoTorch, or at least no exact duplicates).
+- ``state`` is the JSON document the engine returned last time (``{}`` on the first ask). The
+  engine never changes it in place; it returns a new JSON-serializable dict in
+  ``proposal.state``. If the state cannot be used (an older layout), the engine rebuilds what it
+  needs from the history: lost state costs time, never a study.
+- No I/O, no wall clock, no global random state: all randomness comes from ``rng``, so the same
+  inputs and seed give the same proposal in any process.
+- Options are fixed when the engine is built (``engines.registry.make_engine``), and an unknown
+  or ill-typed option raises ``EngineOptionsError`` there, so bad studies fail at creation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from engines.space import SearchSpace
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is optimized.
+
+    Attributes:
+        space: the search space; ``space.d`` is the dimension of the unit cube.
+        n_objectives: ``m``; every objective is turned into minimization in ``History.Y``.
+        n_constraints: ``k``; a trial is feasible when each of its ``C`` values is <= 0.
+        reference_point: ``(m,)`` hypervolume reference in the minimization orientation
+            (a point is counted when it is below it in every objective), or ``None``.
+    """
+
+    space: SearchSpace
+    n_objectives: int = 1
+    n_constraints: int = 0
+    reference_point: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_objectives < 1:
+            raise ValueError("a problem needs at least one objective")
+        if self.reference_point is not None and self.reference_point.shape != (self.n_objectives,):
+            raise ValueError(
+                f"reference_point has shape {self.reference_point.shape}, "
+                f"expected ({self.n_objectives},)"
+            )
+
+    @property
+    def d(self) -> int:
+        return self.space.d
+
+
+@dataclass(frozen=True)
+class History:
+    """The observations of a study, as arrays.
+
+    Attributes:
+        X: ``(n, d)`` float64 in [0, 1], the completed trials.
+        Y: ``(n, m)`` float64, their objective values, every objective as minimization.
+        C: ``(n, k)`` float64, constraint values, feasible when ``<= 0``.
+        X_pending: ``(p, d)`` float64 in [0, 1], asked and not yet told.
+    """
+
+    X: np.ndarray
+    Y: np.ndarray
+    C: np.ndarray
+    X_pending: np.ndarray
+
+    def __post_init__(self) -> None:
+        n, d = self.X.shape
+        if self.Y.ndim != 2 or self.Y.shape[0] != n:
+            raise ValueError(f"Y has shape {self.Y.shape}, expected ({n}, m)")
+        if self.C.ndim != 2 or self.C.shape[0] != n:
+            raise ValueError(f"C has shape {self.C.shape}, expected ({n}, k)")
+        if self.X_pending.ndim != 2 or self.X_pending.shape[1] != d:
+            raise ValueError(f"X_pending has shape {self.X_pending.shape}, expected (p, {d})")
+
+    @classmethod
+    def empty(cls, problem: Problem) -> History:
+        d, m, k = problem.d, problem.n_objectives, problem.n_constraints
+        return cls(np.zeros((0, d)), np.zeros((0, m)), np.zeros((0, k)), np.zeros((0, d)))
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    def feasible(self) -> np.ndarray:
+        """``(n,)`` bool: the trials whose constraint values are all <= 0."""
+        return np.all(self.C <= 0.0, axis=1)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What an engine returns.
+
+    Attributes:
+        X: ``(count, d)`` float64 in [0, 1], the suggested points.
+        state: the engine's new JSON state.
+        details: one JSON dict per point (for example the source of the point), stored on the
+            trial for the user to see; empty dicts when there is nothing to say.
+    """
+
+    X: np.ndarray
+    state: JSON
+    details: list[JSON] = field(default_factory=list)
+
+
+class Engine(Protocol):
+    """An engine; see the module docstring for the contract."""
+
+    name: ClassVar[str]
+    #: Whether ``suggest`` reads completed observations. Engines that do not (``random``) let
+    #: the service skip loading them; ``X_pending`` is always given.
+    uses_observations: ClassVar[bool]
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal: ...

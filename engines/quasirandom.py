@@ -1,0 +1,109 @@
+"""The ``random`` engine: a scrambled Sobol sequence, seeded per study.
+
+Method. A scrambled Sobol sequence in ``[0, 1]^d`` [Owen1998scrambling]: the first ``2^k``
+points of any run are better spread than i.i.d. uniform draws, which is why every model-based
+engine here starts from it. The engine keeps the scrambling seed and the index of the next
+point in its state, so successive asks continue one sequence (a study's first 2^k trials form a
+balanced design whatever the batch sizes). A point that equals a pending one after snapping to
+the parameter grid (``SearchSpace.snap``) is skipped; when a finite space has fewer free values
+than asked, duplicates are allowed after a bounded search, so ``count`` points always come back.
+
+References:
+    [Owen1998scrambling] A. B. Owen. Scrambling Sobol' and Niederreiter-Xing points.
+        Journal of Complexity 14(4), 1998.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from scipy.stats import qmc
+
+from engines.base import JSON, History, Problem, Proposal
+
+#: How many extra Sobol points to draw per requested point before accepting duplicates.
+_MAX_SKIPS_PER_POINT = 16
+
+
+class SobolStream:
+    """A resumable scrambled Sobol stream: ``(seed, index)`` is its whole state."""
+
+    def __init__(self, d: int, seed: int, index: int = 0) -> None:
+        self.d, self.seed, self.index = d, seed, index
+
+    def draw(self, n: int) -> np.ndarray:
+        """The next ``n`` points, ``(n, d)`` in [0, 1)."""
+        if self.d == 0:
+            self.index += n
+            return np.zeros((n, 0))
+        sampler = qmc.Sobol(self.d, scramble=True, seed=self.seed)
+        if self.index:
+            sampler.fast_forward(self.index)
+        with warnings.catch_warnings():
+            # Sobol warns when n is not a power of two; a continued stream is balanced overall.
+            warnings.simplefilter("ignore", UserWarning)
+            points = sampler.random(n)
+        self.index += n
+        return points
+
+
+def sobol_points(
+    problem: Problem,
+    X_pending: np.ndarray,
+    count: int,
+    stream: SobolStream,
+) -> np.ndarray:
+    """``count`` Sobol points from ``stream``, none equal to a pending point or to each other
+    after snapping, unless the space runs out of distinct values. Returns ``(count, d)``."""
+    space = problem.space
+    taken = {row.tobytes() for row in space.snap(X_pending)} if len(X_pending) else set()
+    chosen: list[np.ndarray] = []
+    duplicates: list[np.ndarray] = []
+    budget = count * (1 + _MAX_SKIPS_PER_POINT)
+    while len(chosen) < count and budget > 0:
+        batch = stream.draw(min(budget, count - len(chosen)))
+        budget -= len(batch)
+        for x, key in zip(batch, space.snap(batch), strict=True):
+            k = key.tobytes()
+            if k in taken or problem.d == 0:
+                duplicates.append(x)
+                continue
+            taken.add(k)
+            chosen.append(x)
+            if len(chosen) == count:
+                break
+    chosen.extend(duplicates[: count - len(chosen)])
+    while len(chosen) < count:  # every draw was a duplicate and the budget is spent
+        chosen.extend(stream.draw(count - len(chosen)))
+    return np.array(chosen, dtype=np.float64).reshape(count, problem.d)
+
+
+@dataclass
+class RandomEngine:
+    """Scrambled Sobol points; no options."""
+
+    name: ClassVar[str] = "random"
+    uses_observations: ClassVar[bool] = False
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        seed = state.get("seed")
+        index = state.get("index", 0)
+        if not isinstance(seed, int) or not isinstance(index, int):
+            seed, index = int(rng.integers(2**31)), 0
+        stream = SobolStream(problem.d, seed, index)
+        X = sobol_points(problem, history.X_pending, count, stream)
+        return Proposal(
+            X=X,
+            state={"seed": seed, "index": stream.index},
+            details=[{"source": "sobol"} for _ in range(count)],
+        )
