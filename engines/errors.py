@@ -1,10 +1,10 @@
 """Errors raised by engines, and what the service does with each.
 
-    EngineError
-    ├── SpaceError          a search space or a parameter value is invalid (service: 422)
-    ├── EngineOptionsError  unknown engine name or bad options (service: 422)
-    ├── EngineUnsupported   the engine cannot handle this problem (service: 422)
-    └── EngineRetryable     a transient numerical failure (service: 503 with Retry-After)
+EngineError
+├── SpaceError          a search space or a parameter value is invalid (service: 422)
+├── EngineOptionsError  unknown engine name or bad options (service: 422)
+├── EngineUnsupported   the engine cannot handle this problem (service: 422)
+└── EngineRetryable     a transient numerical failure (service: 503 with Retry-After)
 """
 
 

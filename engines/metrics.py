@@ -28,8 +28,8 @@ def non_dominated(Y: np.ndarray) -> np.ndarray:
     for i in range(n):
         if not mask[i]:
             continue
-        le = np.all(Y <= Y[i], axis=1)
-        lt = np.any(Y < Y[i], axis=1)
+        le = np.all(Y[i] >= Y, axis=1)
+        lt = np.any(Y[i] > Y, axis=1)
         if np.any(le & lt):
             mask[i] = False
     return mask
@@ -41,7 +41,7 @@ def hypervolume(Y: np.ndarray, ref: np.ndarray) -> float:
     ref = np.asarray(ref, dtype=np.float64)
     if Y.size == 0:
         return 0.0
-    Y = Y[np.all(Y < ref, axis=1)]
+    Y = Y[np.all(ref > Y, axis=1)]
     if len(Y) == 0:
         return 0.0
     Y = np.unique(Y[non_dominated(Y)], axis=0)

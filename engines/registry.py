@@ -51,7 +51,9 @@ def make_engine(name: str, options: dict[str, Any] | None = None) -> Engine:
     unknown = sorted(set(options) - set(fields))
     if unknown:
         known = sorted(fields) or "none"
-        raise EngineOptionsError(f"engine {name!r} has no option(s) {unknown}; its options: {known}")
+        raise EngineOptionsError(
+            f"engine {name!r} has no option(s) {unknown}; its options: {known}"
+        )
     hints = typing.get_type_hints(cls)
     for key, value in options.items():
         _check_type(name, key, value, hints[key])

@@ -189,7 +189,7 @@ def _check_param(p: Param) -> None:
 
 def _levels(p: Param) -> int | None:
     if isinstance(p, FloatParam) and p.step is not None:
-        return int(math.floor((p.high - p.low) / p.step + 1e-9)) + 1
+        return math.floor((p.high - p.low) / p.step + 1e-9) + 1
     if isinstance(p, IntParam) and not p.log:
         return p.high - p.low + 1
     if isinstance(p, CategoricalParam):
@@ -233,7 +233,7 @@ def _encode_one(p: Param, v: ParamValue) -> float:
 def _decode_one(p: Param, u: float) -> ParamValue:
     levels = _levels(p)
     if levels is not None:
-        k = min(int(math.floor(u * levels)), levels - 1)
+        k = min(math.floor(u * levels), levels - 1)
         if isinstance(p, CategoricalParam):
             return p.choices[k]
         if isinstance(p, IntParam):

@@ -1,0 +1,264 @@
+"""The wire contract of the asktell HTTP API, defined once; the service imports these models.
+
+Naming follows one scheme: ``...Create`` and ``...Request`` are bodies a client sends (extra
+fields are rejected), ``...Public`` is what the server returns, ``...Page`` is a page of a list
+with ``next_cursor``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CategoryValue = str | bool | int | float
+ParamValue = CategoryValue
+StudyState = Literal["active", "paused", "completed"]
+TrialState = Literal["waiting", "running", "stale", "completed", "failed", "infeasible"]
+#: Trial states that end a trial; a finished trial cannot be told again.
+FINISHED_STATES: tuple[TrialState, ...] = ("completed", "failed", "infeasible")
+
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- search space -------------------------------------------------------------------------
+
+
+class FloatParameter(_Request):
+    type: Literal["float"] = "float"
+    name: str
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+
+
+class IntParameter(_Request):
+    type: Literal["int"] = "int"
+    name: str
+    low: int
+    high: int
+    log: bool = False
+
+
+class CategoricalParameter(_Request):
+    type: Literal["categorical"] = "categorical"
+    name: str
+    choices: list[CategoryValue]
+
+
+class FixedParameter(_Request):
+    type: Literal["fixed"] = "fixed"
+    name: str
+    value: CategoryValue
+
+
+Parameter = Annotated[
+    FloatParameter | IntParameter | CategoricalParameter | FixedParameter,
+    Field(discriminator="type"),
+]
+
+
+class Objective(_Request):
+    """One objective. ``reference`` is this objective's coordinate of the hypervolume reference
+    point (the worst value still counted), used by multi-objective studies."""
+
+    name: Name
+    goal: Literal["minimize", "maximize"] = "minimize"
+    reference: float | None = None
+
+
+class OutcomeConstraint(_Request):
+    """A metric told with every trial; the trial is feasible when ``value op threshold``."""
+
+    name: Name
+    op: Literal["<=", ">="]
+    threshold: float
+
+
+class EngineSpec(_Request):
+    name: str = "random"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- studies ------------------------------------------------------------------------------
+
+
+class StudyConfig(_Request):
+    """What defines a study; it does not change after creation."""
+
+    parameters: list[Parameter]
+    objectives: list[Objective] = Field(default_factory=lambda: [Objective(name="value")])
+    constraints: list[OutcomeConstraint] = Field(default_factory=list)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    lease_seconds: float = Field(default=600.0, gt=0, le=7 * 86400)
+    #: What happens when a running trial's lease expires: ``requeue`` marks it ``stale`` and
+    #: serves its parameters to the next asker (up to ``max_retries`` times, then ``failed``);
+    #: ``fail`` marks it ``failed`` at once.
+    on_lease_expiry: Literal["requeue", "fail"] = "requeue"
+    max_retries: int = Field(default=3, ge=0, le=100)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+
+
+class StudyCreate(StudyConfig):
+    name: Name
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class StudyUpdate(_Request):
+    state: StudyState | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class TrialPublic(BaseModel):
+    study_id: int
+    number: int
+    state: TrialState
+    params: dict[str, ParamValue]
+    values: dict[str, float] | None = None
+    constraints: dict[str, float] | None = None
+    feasible: bool | None = None
+    reason: str | None = None
+    worker_id: str | None = None
+    lease_expires_at: datetime | None = None
+    retries: int = 0
+    details: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
+class StudyPublic(StudyConfig):
+    model_config = ConfigDict(extra="ignore")
+
+    id: int
+    name: str
+    state: StudyState
+    metadata: dict[str, Any]
+    seed: int
+    revision: int
+    engine_state: dict[str, Any]
+    engine_state_version: int
+    trial_counts: dict[str, int]
+    best_values: dict[str, float] | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class StudiesPage(BaseModel):
+    data: list[StudyPublic]
+    next_cursor: str | None = None
+
+
+# --- trials -------------------------------------------------------------------------------
+
+
+class AskRequest(_Request):
+    count: int = Field(default=1, ge=1, le=1000)
+    worker_id: Annotated[str, Field(max_length=256)] | None = None
+    lease_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+
+class AskResponse(BaseModel):
+    trials: list[TrialPublic]
+    #: Set when fewer than ``count`` trials came back: seconds after which to ask again.
+    retry_after: float | None = None
+
+
+class TellRequest(_Request):
+    """Finish a trial: ``values`` for every objective (and ``constraints`` for every declared
+    constraint) when ``state`` is ``completed``; a ``reason`` otherwise."""
+
+    state: Literal["completed", "failed", "infeasible"] = "completed"
+    values: dict[str, float] | None = None
+    constraints: dict[str, float] = Field(default_factory=dict)
+    reason: Annotated[str, Field(max_length=4096)] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class ReportRequest(_Request):
+    step: int = Field(ge=0)
+    values: dict[str, float]
+    checkpoint: Annotated[str, Field(max_length=4096)] | None = None
+
+
+class MeasurementPublic(BaseModel):
+    step: int
+    values: dict[str, float]
+    checkpoint: str | None = None
+    created_at: datetime
+
+
+class HeartbeatRequest(_Request):
+    lease_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+
+class TrialCreate(_Request):
+    """Enqueue a user-chosen point; with ``values`` it is stored as completed (a warm start)."""
+
+    params: dict[str, ParamValue]
+    values: dict[str, float] | None = None
+    constraints: dict[str, float] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrialsPage(BaseModel):
+    data: list[TrialPublic]
+    next_cursor: str | None = None
+
+
+class BestPublic(BaseModel):
+    """The best feasible trial (one objective) or the feasible non-dominated set (several).
+
+    ``hypervolume`` is set for several objectives when every objective has a ``reference``.
+    """
+
+    trials: list[TrialPublic]
+    hypervolume: float | None = None
+    reference_point: dict[str, float] | None = None
+
+
+# --- export and import --------------------------------------------------------------------
+
+
+class TrialExport(_Request):
+    number: int = Field(ge=0)
+    state: TrialState
+    params: dict[str, ParamValue]
+    values: dict[str, float] | None = None
+    constraints: dict[str, float] | None = None
+    reason: str | None = None
+    retries: int = 0
+    details: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    measurements: list[ReportRequest] = Field(default_factory=list)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
+class StudyExport(_Request):
+    format: Literal["asktell.study/v1"] = "asktell.study/v1"
+    study: StudyCreate
+    trials: list[TrialExport]
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class ProblemDetail(BaseModel):
+    """An RFC 9457 problem+json body; ``code`` is stable and safe to branch on."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    code: str

@@ -1,0 +1,439 @@
+"""The ``gp`` engine: classic Gaussian-process Bayesian optimization for small budgets.
+
+Method. Until ``n_initial`` trials (default ``2 d + 1``, completed and pending together) exist,
+points come from the study's scrambled Sobol stream (``engines.quasirandom``); a batch that
+crosses that boundary is part Sobol, part model-based. After that, every objective and every
+outcome constraint gets its own exact GP [Rasmussen2006gpml] on the completed trials, with a
+constant mean, a Matern-5/2 kernel with dimension-scaled lengthscale priors [Hvarfner2024vanilla]
+and outcomes standardized. Given data ``(X, y)`` and kernel ``k``, the posterior at ``x`` is::
+
+    mu(x)      = m + k(x, X) (K + s2 I)^-1 (y - m)
+    sigma^2(x) = k(x, x) - k(x, X) (K + s2 I)^-1 k(X, x),     K = k(X, X)
+
+Objectives are minimized in ``History.Y``; BoTorch maximizes, so the GPs model ``-Y``.
+
+- One objective: q-log noisy expected improvement (qLogNEI) [Ament2023logei]. Expected
+  improvement ``EI(x) = E[max(f(x) - f*, 0)]`` is replaced by the log of a smoothed improvement,
+  ``log E[softplus_tau(f(x) - max_j f(x_j))]``, estimated with quasi-Monte-Carlo joint samples of
+  ``f`` at ``x`` and at the observed points ``x_j`` (the "noisy" incumbent [Letham2019noisyei]), so
+  it stays informative where EI underflows to zero.
+- Several objectives: q-log noisy expected hypervolume improvement (qLogNEHVI)
+  [Daulton2021nehvi]: the expected gain in the hypervolume dominated by the (sampled) Pareto
+  front of the observed points, with respect to a reference point ``r``, in log space.
+- Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by a smoothed
+  indicator ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
+
+Batches are chosen greedily: each new point is optimized with the pending trials and the points
+already chosen in the batch as ``X_pending`` (their outcomes integrated out jointly).
+
+Our choices. Categorical coordinates use a Hamming-distance kernel (``MixedSingleTaskGP``) and are
+optimized over their choices, never as rounded floats; linear integer and stepped coordinates
+with at most ``max_discrete_levels`` levels are optimized over their level values by alternating
+discrete local search and L-BFGS [Daulton2022bopr]. Level ``k`` of ``L`` sits at ``(k + 0.5) / L``
+(``engines.space``), so the models are trained on snapped points and the optimizer gets those cell
+centres. Other coordinates are optimized continuously and snapped. Without a given reference point,
+``r`` is the nadir of the feasible observed Pareto front moved back by 10 % of its range.
+Non-finite objective values count as the worst finite one; non-finite constraint values as
+violated. A returned point equal (after snapping) to an observed, pending or earlier point is
+replaced by a fresh Sobol point. A numerical failure of the fit or the optimizer falls back to
+Sobol points, said so in the point's details, rather than failing the ask.
+
+References:
+    [Rasmussen2006gpml] C. E. Rasmussen, C. K. I. Williams. Gaussian Processes for Machine
+        Learning. MIT Press, 2006.
+    [Hvarfner2024vanilla] C. Hvarfner, E. O. Hellsten, L. Nardi. Vanilla Bayesian optimization
+        performs great in high dimensions. ICML 2024.
+    [Letham2019noisyei] B. Letham, B. Karrer, G. Ottoni, E. Bakshy. Constrained Bayesian
+        optimization with noisy experiments. Bayesian Analysis 14(2), 2019.
+    [Ament2023logei] S. Ament, S. Daulton, D. Eriksson, M. Balandat, E. Bakshy. Unexpected
+        improvements to expected improvement for Bayesian optimization. NeurIPS 2023.
+    [Daulton2021nehvi] S. Daulton, M. Balandat, E. Bakshy. Parallel Bayesian optimization of
+        multiple noisy objectives with expected hypervolume improvement. NeurIPS 2021.
+    [Gardner2014cbo] J. R. Gardner, M. J. Kusner, Z. Xu, K. Q. Weinberger, J. P. Cunningham.
+        Bayesian optimization with inequality constraints. ICML 2014.
+    [Daulton2022bopr] S. Daulton, X. Wan, D. Eriksson, M. Balandat, M. A. Osborne, E. Bakshy.
+        Bayesian optimization over discrete and mixed spaces via probabilistic reparameterization.
+        NeurIPS 2022.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
+from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
+from botorch.acquisition.objective import GenericMCObjective
+from botorch.exceptions.errors import BotorchError, ModelFittingError
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
+from botorch.models.model import Model
+from botorch.models.transforms.outcome import Standardize
+from botorch.optim import optimize_acqf
+from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+from botorch.utils.multi_objective.hypervolume import infer_reference_point
+from botorch.utils.multi_objective.pareto import is_non_dominated
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from engines.base import JSON, History, Problem, Proposal
+from engines.quasirandom import SobolStream, sobol_points
+from engines.space import SearchSpace
+
+#: Failures that mean "the numerics did not work out on this data": fall back to Sobol.
+_NUMERICAL_ERRORS = (BotorchError, ModelFittingError, RuntimeError)
+#: A fully discrete space with at most this many cells is enumerated to replace duplicates.
+_MAX_ENUMERATED_CELLS = 100_000
+#: Seeding torch (and, for large categoricals, Python's ``random`` that BoTorch's mixed optimizer
+#: draws from) is process-global; asks in threads of one process take turns.
+_SEEDED_LOCK = threading.Lock()
+_STATE_VERSION = 1
+_REPLACED = "duplicate of an observed, pending or earlier point"
+
+
+@dataclass
+class GPEngine:
+    """GP Bayesian optimization with qLogNEI / qLogNEHVI; see the module docstring.
+
+    Options:
+        n_initial: Sobol points (completed plus pending trials) before the model is used;
+            ``None`` means ``2 d + 1``.
+        num_restarts: starting points of the acquisition optimizer, per batch point.
+        raw_samples: random points scored to choose those starting points.
+        max_discrete_levels: integer coordinates with at most this many levels are optimized
+            over their levels; coarser ones continuously, then snapped.
+    """
+
+    name: ClassVar[str] = "gp"
+    uses_observations: ClassVar[bool] = True
+
+    n_initial: int | None = None
+    num_restarts: int = 8
+    raw_samples: int = 256
+    max_discrete_levels: int = 128
+
+    def __post_init__(self) -> None:
+        if self.n_initial is not None and not 1 <= self.n_initial <= 10_000:
+            raise ValueError(f"n_initial must be between 1 and 10000 or null, got {self.n_initial}")
+        if not 1 <= self.num_restarts <= 256:
+            raise ValueError(f"num_restarts must be between 1 and 256, got {self.num_restarts}")
+        if not self.num_restarts <= self.raw_samples <= 65_536:
+            raise ValueError(
+                f"raw_samples must be between num_restarts ({self.num_restarts}) and 65536, "
+                f"got {self.raw_samples}"
+            )
+        if not 2 <= self.max_discrete_levels <= 10_000:
+            raise ValueError(
+                f"max_discrete_levels must be between 2 and 10000, got {self.max_discrete_levels}"
+            )
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        space, d = problem.space, problem.d
+        seed, index = state.get("seed"), state.get("index")
+        if not (isinstance(seed, int) and isinstance(index, int) and seed >= 0 and index >= 0):
+            seed, index = int(rng.integers(2**31)), 0
+        stream = SobolStream(d, seed, index)
+
+        n_initial = self.n_initial if self.n_initial is not None else 2 * d + 1
+        n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
+        if d == 0:
+            n_sobol = count
+        taken = np.vstack([history.X, history.X_pending])
+        X = space.snap(sobol_points(problem, taken, n_sobol, stream))
+        details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
+        if count > n_sobol:
+            X_pending = np.vstack([history.X_pending, X])
+            X_model, model_details = self._model_points(
+                problem, history, X_pending, count - n_sobol, rng
+            )
+            X = np.vstack([X, X_model])
+            details += model_details
+        X = _replace_duplicates(problem, history, X, details, stream, rng)
+        new_state = {"version": _STATE_VERSION, "seed": seed, "index": stream.index}
+        return Proposal(X=X.reshape(count, d), state=new_state, details=details)
+
+    def _model_points(
+        self,
+        problem: Problem,
+        history: History,
+        X_pending: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, list[JSON]]:
+        """``count`` points from the acquisition optimizer, ``(count, d)`` snapped, with details;
+        points marked with NaN rows (and a ``fallback`` reason) when the model cannot be used.
+
+        ``X_pending: (p, d)`` in [0, 1] are the pending trials plus the batch so far.
+        """
+        torch_seed = int(rng.integers(2**31))
+        data = _training_data(problem, history)
+        if isinstance(data, str):
+            return _unfilled(problem.d, count, data)
+        X_train, targets = data
+        try:
+            with _seeded(torch_seed, _needs_python_random(problem.space)):
+                X_new = self._optimize(problem, X_train, targets, X_pending, count)
+        except _NUMERICAL_ERRORS as exc:
+            return _unfilled(problem.d, count, f"{type(exc).__name__}: {str(exc)[:120]}")
+        acquisition = "qLogNEI" if problem.n_objectives == 1 else "qLogNEHVI"
+        detail = {"source": "gp", "acquisition": acquisition, "n_observations": len(X_train)}
+        return problem.space.snap(X_new), [dict(detail) for _ in range(count)]
+
+    def _optimize(
+        self,
+        problem: Problem,
+        X_train: np.ndarray,
+        targets: np.ndarray,
+        X_pending: np.ndarray,
+        count: int,
+    ) -> np.ndarray:
+        """Fit the GPs and optimize the acquisition; returns ``(count, d)`` in [0, 1].
+
+        ``X_train: (n, d)`` snapped, ``targets: (n, m + k)``: ``-Y`` then ``C``,
+        ``X_pending: (p, d)``.
+        """
+        m, k = problem.n_objectives, problem.n_constraints
+        bounds, discrete_dims, cat_dims, fixed = _domain(problem.space, self.max_discrete_levels)
+        model_cat_dims = [
+            j for j, dim in enumerate(problem.space.dimensions) if dim.kind == "categorical"
+        ]
+        tX = torch.as_tensor(X_train, dtype=torch.float64)
+        models = [_fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
+        model: Model = models[0] if len(models) == 1 else ModelListGP(*models)
+        constraints = [_column(m + i) for i in range(k)] or None
+        pending = torch.as_tensor(X_pending, dtype=torch.float64) if len(X_pending) else None
+        acq: Any
+        if m == 1:
+            acq = qLogNoisyExpectedImprovement(
+                model,
+                X_baseline=tX,
+                objective=GenericMCObjective(_objective0) if k else None,
+                constraints=constraints,
+                X_pending=pending,
+                prune_baseline=True,
+            )
+        else:
+            acq = qLogNoisyExpectedHypervolumeImprovement(
+                model,
+                ref_point=_reference_point(problem, targets),
+                X_baseline=tX,
+                objective=IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None,
+                constraints=constraints,
+                X_pending=pending,
+                prune_baseline=True,
+            )
+        tbounds = torch.as_tensor(bounds, dtype=torch.float64)
+        if discrete_dims or cat_dims:
+            candidates, _ = optimize_acqf_mixed_alternating(
+                acq,
+                tbounds,
+                discrete_dims=discrete_dims,
+                cat_dims=cat_dims,
+                q=count,
+                num_restarts=self.num_restarts,
+                raw_samples=self.raw_samples,
+                options={"max_discrete_values": self.max_discrete_levels},
+                fixed_features=fixed or None,
+            )
+        else:
+            candidates, _ = optimize_acqf(
+                acq,
+                tbounds,
+                q=count,
+                num_restarts=self.num_restarts,
+                raw_samples=self.raw_samples,
+                sequential=True,
+                fixed_features=fixed or None,
+            )
+        X_new = candidates.detach().numpy().reshape(count, problem.d)
+        if not np.all(np.isfinite(X_new)):
+            raise BotorchError("the acquisition optimizer returned non-finite points")
+        return np.clip(X_new, 0.0, 1.0)
+
+
+def _training_data(problem: Problem, history: History) -> tuple[np.ndarray, np.ndarray] | str:
+    """``(X: (n, d) snapped, targets: (n, m + k))`` with ``targets = [-Y, C]`` made finite,
+    or the reason the model cannot be fitted."""
+    if history.n < 2:
+        return "fewer than 2 completed trials"
+    columns = []
+    for j in range(problem.n_objectives):
+        y = history.Y[:, j]
+        finite = np.isfinite(y)
+        if finite.sum() < 2:
+            return f"objective {j} has fewer than 2 finite values"
+        columns.append(-np.where(finite, y, y[finite].max()))
+    for i in range(problem.n_constraints):
+        c = history.C[:, i]
+        finite = np.isfinite(c)
+        if finite.any():
+            worst = max(c[finite].max(), 0.0) + max(float(np.ptp(c[finite])), 1.0)
+        else:
+            worst = 1.0
+        columns.append(np.where(finite, c, worst))
+    return problem.space.snap(history.X), np.stack(columns, axis=1)
+
+
+def _fit_gp(X: torch.Tensor, y: np.ndarray, cat_dims: list[int]) -> SingleTaskGP:
+    """A GP on ``X: (n, d)`` and ``y: (n,)``, hyperparameters by maximum marginal likelihood."""
+    Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
+    model: SingleTaskGP
+    if cat_dims:
+        model = MixedSingleTaskGP(X, Y, cat_dims=cat_dims, outcome_transform=Standardize(m=1))
+    else:
+        model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=1))
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
+    """The objective output of ``samples: (..., q, 1 + k)``."""
+    return samples[..., 0]
+
+
+def _column(i: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The constraint callable for output ``i``: feasible when ``samples[..., i] <= 0``."""
+    return lambda samples: samples[..., i]
+
+
+def _reference_point(problem: Problem, targets: np.ndarray) -> torch.Tensor:
+    """The reference point ``(m,)`` in the maximization orientation of the models.
+
+    ``targets: (n, m + k)``, the first ``m`` columns are ``-Y``.
+    """
+    if problem.reference_point is not None:
+        return torch.as_tensor(-problem.reference_point, dtype=torch.float64)
+    m = problem.n_objectives
+    feasible = np.all(targets[:, m:] <= 0.0, axis=1)
+    Y = torch.as_tensor(targets[feasible if feasible.any() else slice(None), :m])
+    return infer_reference_point(Y[is_non_dominated(Y)])
+
+
+def _domain(
+    space: SearchSpace, max_levels: int
+) -> tuple[np.ndarray, dict[int, list[float]], dict[int, list[float]], dict[int, float]]:
+    """``(bounds: (2, d), discrete_dims, cat_dims, fixed_features)`` for the optimizer.
+
+    Discrete coordinates carry their cell centres ``(k + 0.5) / L`` and are bounded by the first
+    and last; a coordinate with a single level is fixed at 0.5.
+    """
+    bounds = np.array([[0.0] * space.d, [1.0] * space.d])
+    discrete: dict[int, list[float]] = {}
+    cats: dict[int, list[float]] = {}
+    fixed: dict[int, float] = {}
+    for j, dim in enumerate(space.dimensions):
+        levels = dim.levels
+        if levels is None or (dim.kind == "integer" and levels > max_levels):
+            continue
+        if levels == 1:
+            fixed[j] = 0.5
+            continue
+        values = [(i + 0.5) / levels for i in range(levels)]
+        bounds[:, j] = values[0], values[-1]
+        (cats if dim.kind == "categorical" else discrete)[j] = values
+    return bounds, discrete, cats, fixed
+
+
+def _needs_python_random(space: SearchSpace) -> bool:
+    # BoTorch's mixed optimizer samples the neighbours of categoricals with more than 20 choices
+    # with Python's global ``random``.
+    return any(dim.kind == "categorical" and (dim.levels or 0) > 20 for dim in space.dimensions)
+
+
+@contextmanager
+def _seeded(seed: int, python_random: bool) -> Iterator[None]:
+    """Run with torch (and optionally Python's ``random``) seeded, restoring both afterwards."""
+    with _SEEDED_LOCK, torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"botorch|gpytorch|linear_operator")
+        torch.manual_seed(seed)
+        saved = random.getstate() if python_random else None
+        if python_random:
+            random.seed(seed)
+        try:
+            yield
+        finally:
+            if saved is not None:
+                random.setstate(saved)
+
+
+def _unfilled(d: int, count: int, reason: str) -> tuple[np.ndarray, list[JSON]]:
+    """``count`` NaN rows, ``(count, d)``, to be filled with Sobol points, and their details."""
+    return np.full((count, d), np.nan), [
+        {"source": "sobol", "fallback": reason} for _ in range(count)
+    ]
+
+
+def _replace_duplicates(
+    problem: Problem,
+    history: History,
+    X: np.ndarray,
+    details: list[JSON],
+    stream: SobolStream,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Fill NaN rows of ``X: (count, d)`` and replace rows equal (after snapping) to an observed,
+    pending or earlier row by fresh Sobol points; updates ``details`` and returns the new X.
+
+    In a fully discrete space that Sobol fails to cover, a free cell is drawn uniformly; when
+    every cell is taken, duplicates remain.
+    """
+    space = problem.space
+    X = X.copy()
+    taken = {_key(row) for row in space.snap(np.vstack([history.X, history.X_pending]))}
+    for i in range(len(X)):
+        fill = bool(np.isnan(X[i]).any())
+        if not fill and _key(X[i]) not in taken:
+            taken.add(_key(X[i]))
+            continue
+        X[i] = space.snap(sobol_points(problem, _rows(taken, space.d), 1, stream))[0]
+        if not fill:
+            details[i] = {"source": "sobol", "replaced": _REPLACED}
+        if _key(X[i]) in taken and space.d:
+            free = _free_cell(space, taken, rng)
+            if free is not None:
+                X[i] = free
+                details[i] = {**details[i], "source": "uniform"}
+        taken.add(_key(X[i]))
+    return X
+
+
+def _key(x: np.ndarray) -> bytes:
+    """A hashable key of a snapped point ``x: (d,)`` (``+ 0.0`` turns -0.0 into 0.0)."""
+    return (np.asarray(x, dtype=np.float64) + 0.0).tobytes()
+
+
+def _rows(keys: set[bytes], d: int) -> np.ndarray:
+    """The points ``(len(keys), d)`` whose ``tobytes()`` are ``keys``."""
+    if not keys:
+        return np.zeros((0, d))
+    return np.stack([np.frombuffer(key, dtype=np.float64) for key in keys]).reshape(-1, d)
+
+
+def _free_cell(
+    space: SearchSpace, taken: set[bytes], rng: np.random.Generator
+) -> np.ndarray | None:
+    """A uniformly drawn cell centre ``(d,)`` not in ``taken``, if the space is fully discrete and
+    small enough to enumerate; otherwise or when all cells are taken, ``None``."""
+    levels = [dim.levels for dim in space.dimensions]
+    if any(n is None for n in levels) or math.prod(n or 1 for n in levels) > _MAX_ENUMERATED_CELLS:
+        return None
+    axes = [[(i + 0.5) / (n or 1) for i in range(n or 1)] for n in levels]
+    cells = space.snap(np.array(list(itertools.product(*axes)), dtype=np.float64))
+    free = [cell for cell in cells if _key(cell) not in taken]
+    return free[int(rng.integers(len(free)))] if free else None

@@ -1,0 +1,1 @@
+"""Alembic revisions of the asktell schema; ``asktell db upgrade`` applies them."""

@@ -1,0 +1,1 @@
+"""The asktell server: HTTP API, SQL persistence and orchestration of engines."""

@@ -1,0 +1,174 @@
+"""The FastAPI application: routers, problem+json errors, body limit, start-up checks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.db.migrate import check_current, upgrade
+from service.db.session import Database
+from service.errors import ApiError
+from service.reaper import Reaper
+from service.routers import health, studies, trials
+from service.settings import Settings, get_settings
+from service.store import Store
+
+log = logging.getLogger("asktell")
+PROBLEM = "application/problem+json"
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    title = {
+        400: "Bad Request",
+        404: "Not Found",
+        409: "Conflict",
+        413: "Payload Too Large",
+        422: "Unprocessable Content",
+        503: "Service Unavailable",
+    }.get(status, "Error")
+    body = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+def open_database(settings: Settings) -> Database:
+    """Open the database; upgrade an embedded SQLite file, refuse a PostgreSQL one behind."""
+    db = Database(settings.database_url, settings.pool_size)
+    if db.is_sqlite:
+        upgrade(db.engine)
+    else:
+        check_current(db.engine)
+    return db
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = open_database(settings)
+        store = Store(db)
+        app.state.store = store
+        reaper = Reaper(store, settings.reaper_interval)
+        reaper.start()
+        try:
+            yield
+        finally:
+            reaper.stop()
+            db.dispose()
+
+    app = FastAPI(
+        title="asktell",
+        version="0.1.0",
+        summary="Bayesian and black-box optimization over HTTP: ask for trials, tell results.",
+        lifespan=lifespan,
+        generate_unique_id_function=lambda route: (
+            f"{route.tags[0]}-{route.name}"
+            if isinstance(route, APIRoute) and route.tags
+            else route.name
+        ),
+    )
+    app.include_router(health.router)
+    app.include_router(studies.router)
+    app.include_router(trials.router)
+    _install_errors(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # type: ignore[arg-type]
+    return app
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        response = problem(exc.status, exc.code, exc.detail, **exc.extra)
+        response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(_is_malformed_body(e) for e in errors):
+            return problem(
+                400,
+                "malformed_json",
+                "the request body is not a valid JSON object; "
+                "send JSON with Content-Type: application/json",
+            )
+        details = []
+        for e in errors:
+            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+            details.append({"field": where, "message": e.get("msg", "")})
+        summary = "; ".join(f"{d['field'] or 'body'}: {d['message']}" for d in details[:5])
+        return problem(422, "validation_error", summary, errors=details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "internal_error", "the server failed; the error is logged")
+
+
+def _is_malformed_body(error: dict[str, Any]) -> bool:
+    if error.get("type") == "json_invalid":
+        return True
+    # A body that is not JSON at all reaches the model as raw bytes or text.
+    return tuple(error.get("loc", ())) == ("body",) and isinstance(error.get("input"), bytes | str)
+
+
+class BodyLimit:
+    """Reject request bodies over ``max_bytes`` with 413, whether or not Content-Length is set."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._too_large(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem(
+            413, "body_too_large", f"the request body is over {self.max_bytes} bytes"
+        )
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass

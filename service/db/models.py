@@ -1,0 +1,153 @@
+"""SQLAlchemy 2 tables. The schema changes only through Alembic revisions in ``migrations/``.
+
+Times are stored as naive UTC and read back as aware UTC (``UTCDateTime``), the same on SQLite
+and PostgreSQL. A trial's point in the unit cube is stored as float64 bytes (``x``) beside its
+human-readable ``params``, so that building an engine's history is a byte concatenation.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+DEFAULT_TENANT_ID = 1
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Study(Base):
+    __tablename__ = "studies"
+    __table_args__ = (
+        # Names are unique among live studies of a tenant; a deleted study frees its name.
+        Index(
+            "uq_studies_tenant_name_live",
+            "tenant_id",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    #: The ``client.models.StudyConfig`` as JSON; it does not change after creation.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    engine_state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    engine_state_version: Mapped[int] = mapped_column(Integer)
+    #: Bumped by every change to the study or its trials.
+    revision: Mapped[int] = mapped_column(BigInteger)
+    #: The next trial number: O(1) allocation under the study row lock.
+    next_trial_number: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
+        Index("ix_trials_study_state", "study_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"))
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: The point in the unit cube, ``(d,)`` float64 bytes.
+    x: Mapped[bytes] = mapped_column(LargeBinary)
+    values: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    constraints: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    feasible: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    worker_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    retries: Mapped[int] = mapped_column(Integer)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Measurement(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (UniqueConstraint("trial_id", "step", name="uq_measurements_trial_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    values: Mapped[dict[str, float]] = mapped_column(JSON)
+    checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class IdempotencyKey(Base):
+    """The stored response of a POST sent with an ``Idempotency-Key`` header."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("tenant_id", "key", name="uq_idempotency_keys_tenant_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    key: Mapped[str] = mapped_column(String(256))
+    #: sha256 of method, path and body: the same key with another request is a conflict.
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -1,0 +1,100 @@
+"""The database handle: one engine per process and one way to run a transaction.
+
+``Database.write(fn)`` runs ``fn(conn)`` in a write transaction and commits once; ``read`` does
+the same without taking write locks. Both retry a few times, with jitter, on the transient
+failures of each backend (SQLite ``database is locked``, PostgreSQL deadlocks and serialization
+failures), so those never reach a user.
+
+SQLite: WAL journal, ``synchronous=NORMAL``, a 30 s busy timeout, writes begun with
+``BEGIN IMMEDIATE`` and serialized within the process by a lock (across processes, SQLite's own
+lock and the busy timeout serialize them). PostgreSQL: READ COMMITTED; callers lock the rows
+they change (``SELECT ... FOR UPDATE`` on the study row).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from service.errors import unavailable
+
+T = TypeVar("T")
+
+_RETRIES = 8
+_PG_RETRYABLE = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+
+
+class Database:
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        self._write_lock = threading.Lock() if self.is_sqlite else None
+        if self.is_sqlite:
+            self.engine: Engine = create_engine(
+                url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=pool_size
+            )
+            _configure_sqlite(self.engine)
+        else:
+            self.engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in one write transaction, retried on transient lock failures."""
+        return self._run(fn, write=True)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        return self._run(fn, write=False)
+
+    def _run(self, fn: Callable[[Connection], T], write: bool) -> T:
+        for attempt in range(_RETRIES):
+            try:
+                if write and self._write_lock is not None:
+                    with self._write_lock:
+                        return self._once(fn, write)
+                return self._once(fn, write)
+            except DBAPIError as exc:
+                if not _transient(exc) or attempt == _RETRIES - 1:
+                    if _transient(exc):
+                        raise unavailable("the database is busy; retry the request") from exc
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (2**attempt))
+        raise AssertionError("unreachable")
+
+    def _once(self, fn: Callable[[Connection], T], write: bool) -> T:
+        options: dict[str, Any] = {"asktell_write": write}
+        with self.engine.connect().execution_options(**options) as conn, conn.begin():
+            return fn(conn)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _transient(exc: DBAPIError) -> bool:
+    if isinstance(exc, OperationalError) and "locked" in str(exc.orig).lower():
+        return True
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return code in _PG_RETRYABLE
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is deferred-only).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("asktell_write", True)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

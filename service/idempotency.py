@@ -1,0 +1,83 @@
+"""Idempotency keys: the same key and request return the stored response; another request
+under the same key is a 409.
+
+The record is written in the same transaction as the change it answers for, so a response is
+stored exactly when its change committed. Two concurrent requests with one key both run; the
+second fails on the unique key when it commits, is rolled back whole, and then replays the
+first one's stored response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.engine import Connection
+
+from service.db.models import IdempotencyKey
+from service.errors import conflict
+
+#: How long a key is remembered.
+KEY_TTL = timedelta(hours=24)
+
+_keys = IdempotencyKey.__table__
+
+
+@dataclass(frozen=True)
+class IdemKey:
+    key: str
+    request_hash: str
+
+    @classmethod
+    def build(cls, key: str, method: str, path: str, body: bytes) -> IdemKey:
+        digest = hashlib.sha256(f"{method} {path}\n".encode() + body).hexdigest()
+        return cls(key, digest)
+
+
+@dataclass(frozen=True)
+class Stored:
+    status: int
+    body: str
+
+
+def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Stored | None:
+    """The stored response for ``idem``, or ``None`` when the key is new.
+
+    Raises:
+        ApiError: 409 ``idempotency_key_reused`` when the key was used for another request.
+    """
+    row = conn.execute(
+        select(_keys.c.request_hash, _keys.c.status_code, _keys.c.response).where(
+            _keys.c.tenant_id == tenant_id, _keys.c.key == idem.key
+        )
+    ).first()
+    if row is None:
+        return None
+    if row.request_hash != idem.request_hash:
+        raise conflict(
+            "idempotency_key_reused",
+            "this Idempotency-Key was already used with a different request; "
+            "send a new key for a new request",
+        )
+    return Stored(row.status_code, row.response)
+
+
+def remember(
+    conn: Connection, tenant_id: int, idem: IdemKey, stored: Stored, now: datetime
+) -> None:
+    conn.execute(
+        insert(_keys).values(
+            tenant_id=tenant_id,
+            key=idem.key,
+            request_hash=idem.request_hash,
+            status_code=stored.status,
+            response=stored.body,
+            created_at=now,
+        )
+    )
+
+
+def forget_old(conn: Connection, now: datetime) -> int:
+    return conn.execute(delete(_keys).where(_keys.c.created_at < now - KEY_TTL)).rowcount

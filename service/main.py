@@ -1,0 +1,5 @@
+"""ASGI entry point: ``uvicorn service.main:app``."""
+
+from service.app import create_app
+
+app = create_app()

@@ -1,0 +1,114 @@
+"""From a study's stored config to what engines see: the search space and the Problem.
+
+A study's config never changes after creation, so the parsed form is cached per process,
+keyed by database and study id; nothing depends on the cache for correctness.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from client.models import (
+    CategoricalParameter,
+    FixedParameter,
+    FloatParameter,
+    IntParameter,
+    Parameter,
+    StudyConfig,
+)
+from engines.base import Engine, Problem
+from engines.registry import make_engine
+from engines.space import CategoricalParam, FixedParam, FloatParam, IntParam, Param, SearchSpace
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A study's parsed config: the wire model, the engine-side problem and the engine."""
+
+    config: StudyConfig
+    problem: Problem
+    engine: Engine
+    #: ``(m,)`` +1 for objectives to minimize, -1 to maximize: ``Y = values * signs``.
+    signs: np.ndarray
+    objective_names: tuple[str, ...]
+    constraint_names: tuple[str, ...]
+
+    @property
+    def space(self) -> SearchSpace:
+        return self.problem.space
+
+    def constraint_slack(self, constraints: dict[str, float]) -> list[float]:
+        """Constraint values as ``C`` (feasible when <= 0), in declaration order."""
+        out = []
+        for c in self.config.constraints:
+            v = constraints[c.name]
+            out.append(v - c.threshold if c.op == "<=" else c.threshold - v)
+        return out
+
+
+def to_param(p: Parameter) -> Param:
+    if isinstance(p, FloatParameter):
+        return FloatParam(p.name, p.low, p.high, p.log, p.step)
+    if isinstance(p, IntParameter):
+        return IntParam(p.name, p.low, p.high, p.log)
+    if isinstance(p, CategoricalParameter):
+        return CategoricalParam(p.name, tuple(p.choices))
+    assert isinstance(p, FixedParameter)
+    return FixedParam(p.name, p.value)
+
+
+def build_spec(config: StudyConfig) -> StudySpec:
+    """Parse and validate a study config.
+
+    Raises:
+        SpaceError: the search space is invalid.
+        EngineOptionsError: the engine name or its options are invalid.
+        ValueError: objectives or constraints are inconsistent (duplicate names).
+    """
+    space = SearchSpace([to_param(p) for p in config.parameters])
+    names = [o.name for o in config.objectives] + [c.name for c in config.constraints]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ValueError(f"objective and constraint names must be unique; repeated: {duplicated}")
+    signs = np.array([1.0 if o.goal == "minimize" else -1.0 for o in config.objectives])
+    references = [o.reference for o in config.objectives]
+    reference_point = (
+        np.array(references, dtype=np.float64) * signs
+        if all(r is not None for r in references)
+        else None
+    )
+    problem = Problem(
+        space=space,
+        n_objectives=len(config.objectives),
+        n_constraints=len(config.constraints),
+        reference_point=reference_point,
+    )
+    return StudySpec(
+        config=config,
+        problem=problem,
+        engine=make_engine(config.engine.name, config.engine.options),
+        signs=signs,
+        objective_names=tuple(o.name for o in config.objectives),
+        constraint_names=tuple(c.name for c in config.constraints),
+    )
+
+
+class SpecCache:
+    """Parsed study configs by study id, for one database."""
+
+    def __init__(self) -> None:
+        self._specs: dict[int, StudySpec] = {}
+        self._lock = threading.Lock()
+
+    def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> StudySpec:
+        spec = self._specs.get(study_id)
+        if spec is None:
+            spec = build_spec(StudyConfig.model_validate(load_config()))
+            with self._lock:
+                self._specs[study_id] = spec
+        return spec

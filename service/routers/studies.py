@@ -1,0 +1,79 @@
+"""/v1/studies: create, list, get, update, delete, best, export, import."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+
+from client.models import (
+    BestPublic,
+    StudiesPage,
+    StudyCreate,
+    StudyExport,
+    StudyPublic,
+    StudyUpdate,
+)
+from service import studies
+from service.deps import IdemDep, StoreDep, TenantDep
+from service.routers.common import cursor_int, written
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
+
+
+@router.post("", response_model=StudyPublic, status_code=201)
+def create_study(body: StudyCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep) -> Response:
+    return written(studies.create_study(store, tenant, body, idem))
+
+
+@router.get("", response_model=StudiesPage)
+def list_studies(
+    store: StoreDep,
+    tenant: TenantDep,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> StudiesPage:
+    return studies.list_studies(store, tenant, cursor_int(cursor), limit)
+
+
+@router.post("/import", response_model=StudyPublic, status_code=201)
+def import_study(
+    body: StudyExport, store: StoreDep, tenant: TenantDep, idem: IdemDep, name: str | None = None
+) -> Response:
+    return written(studies.import_study(store, tenant, body, name, idem))
+
+
+@router.get("/{study_id}", response_model=StudyPublic)
+def get_study(study_id: int, store: StoreDep, tenant: TenantDep) -> StudyPublic:
+    return studies.get_study(store, tenant, study_id)
+
+
+@router.patch("/{study_id}", response_model=StudyPublic)
+def update_study(
+    study_id: int, body: StudyUpdate, store: StoreDep, tenant: TenantDep, idem: IdemDep
+) -> Response:
+    return written(studies.update_study(store, tenant, study_id, body, idem))
+
+
+@router.delete("/{study_id}", status_code=204)
+def delete_study(study_id: int, store: StoreDep, tenant: TenantDep) -> Response:
+    studies.delete_study(store, tenant, study_id)
+    return Response(status_code=204)
+
+
+@router.get("/{study_id}/best", response_model=BestPublic)
+def best(study_id: int, store: StoreDep, tenant: TenantDep) -> BestPublic:
+    return studies.best(store, tenant, study_id)
+
+
+@router.get("/{study_id}/export", response_model=StudyExport)
+def export_study(
+    study_id: int,
+    store: StoreDep,
+    tenant: TenantDep,
+    format: Literal["json", "csv"] = "json",
+) -> Response:
+    export = studies.export_study(store, tenant, study_id)
+    if format == "csv":
+        return Response(studies.export_csv(export), media_type="text/csv")
+    return Response(export.model_dump_json(), media_type="application/json")

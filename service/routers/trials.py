@@ -1,0 +1,96 @@
+"""/v1/studies/{id}/...: ask, enqueue, list trials; tell, report, heartbeat one trial."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from client.models import (
+    AskRequest,
+    AskResponse,
+    HeartbeatRequest,
+    MeasurementPublic,
+    ReportRequest,
+    TellRequest,
+    TrialCreate,
+    TrialPublic,
+    TrialsPage,
+    TrialState,
+)
+from service import trials
+from service.deps import IdemDep, StoreDep, TenantDep
+from service.routers.common import cursor_int, written
+
+router = APIRouter(prefix="/v1/studies/{study_id}", tags=["trials"])
+
+
+@router.post("/ask", response_model=AskResponse)
+def ask(
+    study_id: int, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
+) -> Response:
+    return written(trials.ask(store, tenant, study_id, body, idem))
+
+
+@router.post("/trials", response_model=TrialPublic, status_code=201)
+def enqueue(
+    study_id: int, body: TrialCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep
+) -> Response:
+    return written(trials.enqueue(store, tenant, study_id, body, idem))
+
+
+@router.get("/trials", response_model=TrialsPage)
+def list_trials(
+    study_id: int,
+    store: StoreDep,
+    tenant: TenantDep,
+    state: Annotated[list[TrialState] | None, Query()] = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> TrialsPage:
+    return trials.list_trials(store, tenant, study_id, state, cursor_int(cursor), limit)
+
+
+@router.get("/trials/{number}", response_model=TrialPublic)
+def get_trial(study_id: int, number: int, store: StoreDep, tenant: TenantDep) -> TrialPublic:
+    return trials.get_trial(store, tenant, study_id, number)
+
+
+@router.post("/trials/{number}/tell", response_model=TrialPublic)
+def tell(
+    study_id: int, number: int, body: TellRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
+) -> Response:
+    return written(trials.tell(store, tenant, study_id, number, body, idem))
+
+
+@router.post("/trials/{number}/report", response_model=MeasurementPublic, status_code=201)
+def report(
+    study_id: int,
+    number: int,
+    body: ReportRequest,
+    store: StoreDep,
+    tenant: TenantDep,
+    idem: IdemDep,
+) -> Response:
+    return written(trials.report(store, tenant, study_id, number, body, idem))
+
+
+@router.get("/trials/{number}/measurements", response_model=list[MeasurementPublic])
+def measurements(
+    study_id: int, number: int, store: StoreDep, tenant: TenantDep
+) -> list[MeasurementPublic]:
+    return trials.list_measurements(store, tenant, study_id, number)
+
+
+@router.post("/trials/{number}/heartbeat", response_model=TrialPublic)
+def heartbeat(
+    study_id: int,
+    number: int,
+    store: StoreDep,
+    tenant: TenantDep,
+    idem: IdemDep,
+    body: HeartbeatRequest | None = None,
+) -> Response:
+    return written(
+        trials.heartbeat(store, tenant, study_id, number, body or HeartbeatRequest(), idem)
+    )

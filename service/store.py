@@ -1,0 +1,170 @@
+"""What every service function shares: the database, parsed-config cache, per-study locks,
+the idempotent write wrapper, and the row-to-wire conversions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from client.models import MeasurementPublic, StudyConfig, StudyPublic, TrialPublic
+from service.db.models import Measurement, Study, Trial
+from service.db.session import Database
+from service.errors import conflict, not_found
+from service.idempotency import IdemKey, Stored, remember, replay
+from service.problem import SpecCache, StudySpec
+
+studies_t = Study.__table__
+trials_t = Trial.__table__
+measurements_t = Measurement.__table__
+
+#: Result of a write: HTTP status and the JSON body, already serialized.
+Written = Stored
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Store:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.specs = SpecCache()
+        self._study_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+
+    def study_lock(self, study_id: int) -> threading.Lock:
+        """An in-process lock per study: asks on one study wait for each other, never for
+        asks on another study."""
+        with self._guard:
+            return self._study_locks[study_id]
+
+    def spec(self, conn: Connection, study_id: int) -> StudySpec:
+        return self.specs.get(study_id, lambda: _load_config(conn, study_id))
+
+    def write(
+        self,
+        tenant_id: int,
+        idem: IdemKey | None,
+        fn: Callable[[Connection], tuple[int, BaseModel]],
+    ) -> Written:
+        """Run ``fn`` in a write transaction, honouring the idempotency key."""
+
+        def run(conn: Connection) -> Written:
+            if idem is not None:
+                stored = replay(conn, tenant_id, idem)
+                if stored is not None:
+                    return stored
+            status, model = fn(conn)
+            written = Written(status, model.model_dump_json())
+            if idem is not None:
+                remember(conn, tenant_id, idem, written, utcnow())
+            return written
+
+        try:
+            return self.db.write(run)
+        except IntegrityError as exc:
+            if idem is not None:
+                stored = self.db.read(lambda conn: replay(conn, tenant_id, idem))
+                if stored is not None:
+                    return stored
+            raise conflict("conflict", "the request conflicts with a concurrent change") from exc
+
+
+def _load_config(conn: Connection, study_id: int) -> dict[str, Any]:
+    config = conn.execute(select(studies_t.c.config).where(studies_t.c.id == study_id)).scalar()
+    if config is None:
+        raise not_found(f"study {study_id}")
+    return config
+
+
+def get_study_row(conn: Connection, tenant_id: int, study_id: int, lock: bool = False) -> Row:
+    """The live study row, locked for update on PostgreSQL when ``lock``.
+
+    Raises:
+        ApiError: 404 when the study does not exist, belongs to another tenant, or was deleted.
+    """
+    query = select(studies_t).where(
+        studies_t.c.id == study_id,
+        studies_t.c.tenant_id == tenant_id,
+        studies_t.c.deleted_at.is_(None),
+    )
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
+        raise not_found(f"study {study_id}")
+    return row
+
+
+def bump_revision(conn: Connection, study_id: int, now: datetime) -> None:
+    conn.execute(
+        update(studies_t)
+        .where(studies_t.c.id == study_id)
+        .values(revision=studies_t.c.revision + 1, updated_at=now)
+    )
+
+
+def trial_public(row: Row) -> TrialPublic:
+    return TrialPublic(
+        study_id=row.study_id,
+        number=row.number,
+        state=row.state,
+        params=row.params,
+        values=row.values,
+        constraints=row.constraints,
+        feasible=row.feasible,
+        reason=row.reason,
+        worker_id=row.worker_id,
+        lease_expires_at=row.lease_expires_at,
+        retries=row.retries,
+        details=row.details,
+        metadata=row.metadata,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        completed_at=row.completed_at,
+    )
+
+
+def measurement_public(row: Row) -> MeasurementPublic:
+    return MeasurementPublic(
+        step=row.step, values=row.values, checkpoint=row.checkpoint, created_at=row.created_at
+    )
+
+
+def trial_counts(conn: Connection, study_id: int) -> dict[str, int]:
+    rows = conn.execute(
+        select(trials_t.c.state, func.count())
+        .where(trials_t.c.study_id == study_id)
+        .group_by(trials_t.c.state)
+    )
+    return {state: count for state, count in rows}
+
+
+def study_public(
+    row: Row, counts: dict[str, int], best_values: dict[str, float] | None
+) -> StudyPublic:
+    config = StudyConfig.model_validate(row.config)
+    return StudyPublic(
+        **config.model_dump(exclude={"seed"}),
+        id=row.id,
+        name=row.name,
+        state=row.state,
+        metadata=row.metadata,
+        seed=row.seed,
+        revision=row.revision,
+        engine_state=row.engine_state,
+        engine_state_version=row.engine_state_version,
+        trial_counts=counts,
+        best_values=best_values,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

@@ -1,0 +1,391 @@
+"""Studies: get-or-create by name, read, list, update, soft delete; best, export, import."""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+from typing import Any
+
+import numpy as np
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection, Row
+
+from client.models import (
+    BestPublic,
+    StudiesPage,
+    StudyConfig,
+    StudyCreate,
+    StudyExport,
+    StudyPublic,
+    StudyUpdate,
+    TrialExport,
+    TrialPublic,
+)
+from engines.errors import EngineOptionsError, SpaceError
+from engines.metrics import hypervolume, non_dominated
+from service.errors import conflict, invalid
+from service.idempotency import IdemKey
+from service.problem import StudySpec, build_spec
+from service.store import (
+    Store,
+    Written,
+    get_study_row,
+    measurements_t,
+    studies_t,
+    study_public,
+    trial_counts,
+    trial_public,
+    trials_t,
+    utcnow,
+)
+from service.trials import validate_results
+
+
+def validate_config(config: StudyConfig) -> StudySpec:
+    """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine`` or ``invalid_study``."""
+    try:
+        return build_spec(config)
+    except SpaceError as exc:
+        raise invalid("invalid_search_space", str(exc)) from exc
+    except EngineOptionsError as exc:
+        raise invalid("invalid_engine", str(exc)) from exc
+    except ValueError as exc:
+        raise invalid("invalid_study", str(exc)) from exc
+
+
+def _config_of(body: StudyCreate) -> dict[str, Any]:
+    return StudyConfig.model_validate(body.model_dump(exclude={"name", "metadata"})).model_dump(
+        mode="json"
+    )
+
+
+def _find_live(conn: Connection, tenant_id: int, name: str) -> Row | None:
+    return conn.execute(
+        select(studies_t).where(
+            studies_t.c.tenant_id == tenant_id,
+            studies_t.c.name == name,
+            studies_t.c.deleted_at.is_(None),
+        )
+    ).first()
+
+
+def _insert_study(conn: Connection, tenant_id: int, body: StudyCreate) -> int:
+    config = _config_of(body)
+    seed = body.seed if body.seed is not None else secrets.randbits(62)
+    config["seed"] = seed
+    now = utcnow()
+    return conn.execute(
+        insert(studies_t)
+        .values(
+            tenant_id=tenant_id,
+            name=body.name,
+            config=config,
+            state="active",
+            metadata=body.metadata,
+            seed=seed,
+            engine_state={},
+            engine_state_version=0,
+            revision=0,
+            next_trial_number=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .returning(studies_t.c.id)
+    ).scalar_one()
+
+
+def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey | None) -> Written:
+    """Create a study, or return the live study of that name when its config is the same.
+
+    Returns 201 for a new study, 200 for an existing one.
+
+    Raises:
+        ApiError: 422 for an invalid config; 409 ``study_exists`` when a live study of that
+            name has another config.
+    """
+    validate_config(body)
+
+    def fn(conn: Connection) -> tuple[int, StudyPublic]:
+        existing = _find_live(conn, tenant_id, body.name)
+        if existing is not None:
+            wanted = _config_of(body)
+            stored = dict(existing.config)
+            if body.seed is None:
+                stored.pop("seed", None)
+                wanted.pop("seed", None)
+            if stored != wanted:
+                raise conflict(
+                    "study_exists",
+                    f"a study named {body.name!r} exists with a different configuration; "
+                    "choose another name or delete that study",
+                    study_id=existing.id,
+                )
+            return 200, _public(store, conn, existing)
+        study_id = _insert_study(conn, tenant_id, body)
+        return 201, _public(store, conn, get_study_row(conn, tenant_id, study_id))
+
+    return store.write(tenant_id, idem, fn)
+
+
+def _public(store: Store, conn: Connection, row: Row) -> StudyPublic:
+    spec = store.spec(conn, row.id)
+    best = _best_trials(conn, row.id, spec)
+    best_values = best[0].values if len(spec.objective_names) == 1 and best else None
+    return study_public(row, trial_counts(conn, row.id), best_values)
+
+
+def get_study(store: Store, tenant_id: int, study_id: int) -> StudyPublic:
+    return store.db.read(lambda c: _public(store, c, get_study_row(c, tenant_id, study_id)))
+
+
+def list_studies(store: Store, tenant_id: int, after: int | None, limit: int) -> StudiesPage:
+    def fn(conn: Connection) -> StudiesPage:
+        query = select(studies_t).where(
+            studies_t.c.tenant_id == tenant_id, studies_t.c.deleted_at.is_(None)
+        )
+        if after is not None:
+            query = query.where(studies_t.c.id > after)
+        rows = conn.execute(query.order_by(studies_t.c.id).limit(limit + 1)).all()
+        data = [_public(store, conn, r) for r in rows[:limit]]
+        return StudiesPage(data=data, next_cursor=str(data[-1].id) if len(rows) > limit else None)
+
+    return store.db.read(fn)
+
+
+def update_study(
+    store: Store, tenant_id: int, study_id: int, body: StudyUpdate, idem: IdemKey | None
+) -> Written:
+    """Change the state and merge metadata (a key set to null is removed)."""
+
+    def fn(conn: Connection) -> tuple[int, StudyPublic]:
+        row = get_study_row(conn, tenant_id, study_id, lock=True)
+        values: dict[str, Any] = {"revision": row.revision + 1, "updated_at": utcnow()}
+        if body.state is not None:
+            values["state"] = body.state
+        if body.metadata is not None:
+            merged = {**row.metadata, **body.metadata}
+            values["metadata"] = {k: v for k, v in merged.items() if v is not None}
+        conn.execute(update(studies_t).where(studies_t.c.id == study_id).values(**values))
+        return 200, _public(store, conn, get_study_row(conn, tenant_id, study_id))
+
+    return store.write(tenant_id, idem, fn)
+
+
+def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
+    """Soft delete: the study and its trials stay in the database but are no longer served."""
+
+    def fn(conn: Connection) -> None:
+        get_study_row(conn, tenant_id, study_id, lock=True)
+        now = utcnow()
+        conn.execute(
+            update(studies_t)
+            .where(studies_t.c.id == study_id)
+            .values(deleted_at=now, updated_at=now)
+        )
+
+    store.db.write(fn)
+
+
+# --- best ---------------------------------------------------------------------------------
+
+
+def _best_trials(conn: Connection, study_id: int, spec: StudySpec) -> list[TrialPublic]:
+    rows = conn.execute(
+        select(trials_t)
+        .where(
+            trials_t.c.study_id == study_id,
+            trials_t.c.state == "completed",
+            trials_t.c.feasible.is_(True),
+        )
+        .order_by(trials_t.c.number)
+    ).all()
+    if not rows:
+        return []
+    Y = np.array([[r.values[n] for n in spec.objective_names] for r in rows]) * spec.signs
+    if len(spec.objective_names) == 1:
+        return [trial_public(rows[int(np.argmin(Y[:, 0]))])]
+    return [trial_public(r) for r, keep in zip(rows, non_dominated(Y), strict=True) if keep]
+
+
+def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
+    """One objective: the best feasible trial. Several: the feasible non-dominated set, with
+    its hypervolume when every objective has a reference."""
+
+    def fn(conn: Connection) -> BestPublic:
+        get_study_row(conn, tenant_id, study_id)
+        spec = store.spec(conn, study_id)
+        trials = _best_trials(conn, study_id, spec)
+        ref = spec.problem.reference_point
+        if len(spec.objective_names) == 1 or ref is None:
+            return BestPublic(trials=trials)
+        assert all(t.values is not None for t in trials)
+        Y = np.array([[t.values[n] for n in spec.objective_names] for t in trials])  # type: ignore[index]
+        return BestPublic(
+            trials=trials,
+            hypervolume=hypervolume(Y.reshape(-1, len(ref)) * spec.signs, ref),
+            reference_point={o.name: o.reference for o in spec.config.objectives},  # type: ignore[misc]
+        )
+
+    return store.db.read(fn)
+
+
+# --- export and import --------------------------------------------------------------------
+
+
+def export_study(store: Store, tenant_id: int, study_id: int) -> StudyExport:
+    def fn(conn: Connection) -> StudyExport:
+        row = get_study_row(conn, tenant_id, study_id)
+        trials = conn.execute(
+            select(trials_t).where(trials_t.c.study_id == study_id).order_by(trials_t.c.number)
+        ).all()
+        measurements: dict[int, list[dict[str, Any]]] = {}
+        for m in conn.execute(
+            select(measurements_t)
+            .join(trials_t, trials_t.c.id == measurements_t.c.trial_id)
+            .where(trials_t.c.study_id == study_id)
+            .order_by(measurements_t.c.step)
+        ):
+            measurements.setdefault(m.trial_id, []).append(
+                {"step": m.step, "values": m.values, "checkpoint": m.checkpoint}
+            )
+        study = StudyCreate.model_validate(
+            {**row.config, "name": row.name, "metadata": row.metadata}
+        )
+        return StudyExport(
+            study=study,
+            trials=[
+                TrialExport(
+                    number=t.number,
+                    state=t.state,
+                    params=t.params,
+                    values=t.values,
+                    constraints=t.constraints,
+                    reason=t.reason,
+                    retries=t.retries,
+                    details=t.details,
+                    metadata=t.metadata,
+                    measurements=measurements.get(t.id, []),
+                    created_at=t.created_at,
+                    started_at=t.started_at,
+                    completed_at=t.completed_at,
+                )
+                for t in trials
+            ],
+        )
+
+    return store.db.read(fn)
+
+
+def export_csv(export: StudyExport) -> str:
+    """One row per trial: number, state, then params, objective values and constraints."""
+    study = export.study
+    params = [p.name for p in study.parameters]
+    objectives = [o.name for o in study.objectives]
+    constraints = [c.name for c in study.constraints]
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(
+        [
+            "number",
+            "state",
+            *(f"params.{n}" for n in params),
+            *(f"values.{n}" for n in objectives),
+            *(f"constraints.{n}" for n in constraints),
+            "reason",
+        ]
+    )
+    for t in export.trials:
+        writer.writerow(
+            [
+                t.number,
+                t.state,
+                *(t.params.get(n) for n in params),
+                *((t.values or {}).get(n) for n in objectives),
+                *((t.constraints or {}).get(n) for n in constraints),
+                t.reason or "",
+            ]
+        )
+    return out.getvalue()
+
+
+def import_study(
+    store: Store, tenant_id: int, body: StudyExport, name: str | None, idem: IdemKey | None
+) -> Written:
+    """Create a new study from an export, with the same trial numbers, states and results.
+
+    Trials that were running when exported come back as ``stale`` (no worker holds them here).
+
+    Raises:
+        ApiError: 409 ``study_exists`` when a live study has the name; 422 when a trial does
+            not fit the study (bad parameters or results, repeated numbers).
+    """
+    study = body.study.model_copy(update={"name": name}) if name else body.study
+    spec = validate_config(study)
+    numbers = [t.number for t in body.trials]
+    if len(set(numbers)) != len(numbers):
+        raise invalid("invalid_import", "trial numbers in the export are not unique")
+
+    def fn(conn: Connection) -> tuple[int, StudyPublic]:
+        if _find_live(conn, tenant_id, study.name) is not None:
+            raise conflict(
+                "study_exists",
+                f"a study named {study.name!r} exists; import under another name (?name=...)",
+            )
+        study_id = _insert_study(conn, tenant_id, study)
+        now = utcnow()
+        for t in body.trials:
+            _insert_imported(conn, spec, study_id, t, now)
+        conn.execute(
+            update(studies_t)
+            .where(studies_t.c.id == study_id)
+            .values(next_trial_number=max(numbers, default=-1) + 1, revision=1)
+        )
+        return 201, _public(store, conn, get_study_row(conn, tenant_id, study_id))
+
+    return store.write(tenant_id, idem, fn)
+
+
+def _insert_imported(
+    conn: Connection, spec: StudySpec, study_id: int, t: TrialExport, now: Any
+) -> None:
+    try:
+        params = spec.space.validate(t.params)
+    except SpaceError as exc:
+        raise invalid("invalid_import", f"trial {t.number}: {exc}") from exc
+    state = "stale" if t.state == "running" else t.state
+    values = constraints = feasible = None
+    if state == "completed":
+        values, cons, feasible = validate_results(spec, t.values, t.constraints or {})
+        constraints = cons or None
+    trial_id = conn.execute(
+        insert(trials_t)
+        .values(
+            study_id=study_id,
+            number=t.number,
+            state=state,
+            params=params,
+            x=np.ascontiguousarray(spec.space.encode(params)).tobytes(),
+            values=values,
+            constraints=constraints,
+            feasible=feasible,
+            reason=t.reason,
+            retries=t.retries,
+            details=t.details,
+            metadata=t.metadata,
+            created_at=t.created_at or now,
+            started_at=t.started_at,
+            completed_at=t.completed_at,
+        )
+        .returning(trials_t.c.id)
+    ).scalar_one()
+    for m in t.measurements:
+        conn.execute(
+            insert(measurements_t).values(
+                trial_id=trial_id,
+                step=m.step,
+                values=m.values,
+                checkpoint=m.checkpoint,
+                created_at=now,
+            )
+        )

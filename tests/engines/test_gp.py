@@ -1,0 +1,270 @@
+"""Tests of the ``gp`` engine (``engines/gp.py``).
+
+Every loop here is deterministic (seeded ``rng``, float64, seeded torch), so the convergence
+margins below are not statistical tolerances: a run either meets them or the engine changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from linear_operator.utils.errors import NotPSDError
+
+from engines import gp as gp_module
+from engines.base import History, Problem
+from engines.errors import EngineOptionsError
+from engines.gp import GPEngine
+from engines.quasirandom import SobolStream
+from engines.registry import make_engine
+from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+
+Objective = Callable[[np.ndarray], np.ndarray]  # (n, d) in [0, 1] -> (n, m + k)
+
+BRANIN_MIN = 0.397887
+
+
+def branin(X: np.ndarray) -> np.ndarray:
+    """Branin on ``X: (n, 2)`` in [0, 1], scaled from [-5, 10] x [0, 15]; minimum 0.397887."""
+    x1, x2 = 15.0 * X[:, 0] - 5.0, 15.0 * X[:, 1]
+    b, c, t = 5.1 / (4 * np.pi**2), 5.0 / np.pi, 1.0 / (8 * np.pi)
+    y = (x2 - b * x1**2 + c * x1 - 6.0) ** 2 + 10.0 * (1 - t) * np.cos(x1) + 10.0
+    return y[:, None]
+
+
+def floats(d: int) -> SearchSpace:
+    return SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(d)])
+
+
+def history_of(problem: Problem, X: np.ndarray, f: Objective, X_pending=None) -> History:
+    """The history of the completed points ``X: (n, d)``; ``f`` returns objectives then
+    constraints, ``(n, m + k)``."""
+    m, d = problem.n_objectives, problem.d
+    values = f(X) if len(X) else np.zeros((0, m + problem.n_constraints))
+    pending = np.zeros((0, d)) if X_pending is None else X_pending
+    return History(X, values[:, :m], values[:, m:], pending)
+
+
+def run_loop(
+    engine: GPEngine, problem: Problem, f: Objective, n: int, seed: int
+) -> tuple[np.ndarray, list[dict]]:
+    """Ask one point at a time ``n`` times; returns all points ``(n, d)`` and their details."""
+    rng = np.random.default_rng(seed)
+    X, state, details = np.zeros((0, problem.d)), {}, []
+    for _ in range(n):
+        proposal = engine.suggest(problem, history_of(problem, X, f), 1, state, rng)
+        assert proposal.X.shape == (1, problem.d)
+        X, state = np.vstack([X, proposal.X]), proposal.state
+        details += proposal.details
+    return X, details
+
+
+def assert_valid(problem: Problem, X: np.ndarray, count: int) -> None:
+    assert X.shape == (count, problem.d) and X.dtype == np.float64
+    assert np.all((X >= 0.0) & (X <= 1.0))
+    np.testing.assert_array_equal(X, problem.space.snap(X))
+
+
+def test_registry_builds_gp_and_checks_options() -> None:
+    assert isinstance(make_engine("gp"), GPEngine)
+    assert make_engine("gp", {"n_initial": 3, "raw_samples": 64}).n_initial == 3  # type: ignore[attr-defined]
+    for bad in (
+        {"n_initial": 0},
+        {"num_restarts": 0},
+        {"raw_samples": 4, "num_restarts": 8},
+        {"max_discrete_levels": 1},
+        {"num_restarts": "8"},
+        {"acquisition": "EI"},
+    ):
+        with pytest.raises(EngineOptionsError):
+            make_engine("gp", bad)
+
+
+def test_initial_design_is_sobol_with_2d_plus_1_points_counting_pending() -> None:
+    problem = Problem(floats(3))  # n_initial = 7
+    engine = GPEngine()
+    rng = np.random.default_rng(0)
+    first = engine.suggest(problem, History.empty(problem), 3, {}, rng)
+    assert [d["source"] for d in first.details] == ["sobol"] * 3
+    stream = SobolStream(3, first.state["seed"])
+    np.testing.assert_array_equal(first.X, stream.draw(3))
+
+    # 2 completed + 3 pending: 2 more Sobol points fill the design, the rest of the batch is gp.
+    observed = np.random.default_rng(1).random((2, 3))
+    history = history_of(problem, observed, lambda X: (X**2).sum(1, keepdims=True), first.X)
+    second = engine.suggest(problem, history, 4, first.state, rng)
+    assert [d["source"] for d in second.details] == ["sobol", "sobol", "gp", "gp"]
+    np.testing.assert_array_equal(second.X[:2], stream.draw(2))
+    assert second.state["index"] == 5
+    assert_valid(problem, second.X, 4)
+
+    # 7 trials in all: the design is complete, every point is model-based.
+    history = history_of(problem, np.vstack([observed, first.X, second.X[:2]]), lambda X: X[:, :1])
+    third = engine.suggest(problem, history, 2, second.state, rng)
+    assert [d["source"] for d in third.details] == ["gp", "gp"]
+    assert all(d["acquisition"] == "qLogNEI" for d in third.details)
+
+
+def test_beats_sobol_on_branin() -> None:
+    problem = Problem(floats(2))
+    X_gp, details = run_loop(GPEngine(), problem, branin, 25, seed=3)  # 5 Sobol + 20 gp
+    assert [d["source"] for d in details] == ["sobol"] * 5 + ["gp"] * 20
+    X_sobol = SobolStream(2, int(np.random.default_rng(3).integers(2**31))).draw(25)
+    np.testing.assert_array_equal(X_gp[:5], X_sobol[:5])  # same seed, same initial design
+    best_gp, best_sobol = branin(X_gp).min(), branin(X_sobol).min()
+    # Margin: gp lands within 0.1 of the optimum, and is at least 0.3 better than Sobol.
+    assert best_gp < BRANIN_MIN + 0.1, (best_gp, best_sobol)
+    assert best_gp < best_sobol - 0.3, (best_gp, best_sobol)
+
+
+def test_categorical_finds_middle_choice_and_stays_on_cell_centres() -> None:
+    choices = ("a", "b", "c", "d")
+    offset = np.array([1.0, 0.0, 1.5, 0.7])  # "b", second of four, is best
+    space = SearchSpace([CategoricalParam("kind", choices), FloatParam("x", 0.0, 1.0)])
+    problem = Problem(space)
+
+    def f(X: np.ndarray) -> np.ndarray:
+        index = np.floor(X[:, 0] * 4).astype(int)
+        return (offset[index] + (X[:, 1] - 0.3) ** 2)[:, None]
+
+    X, details = run_loop(GPEngine(), problem, f, 15, seed=0)  # 5 Sobol + 10 gp
+    centres = (np.arange(4) + 0.5) / 4
+    assert np.all(np.isin(X[:, 0], centres))
+    assert all(d["source"] == "gp" for d in details[5:])
+    best = space.decode(X[np.argmin(f(X))])
+    assert best["kind"] == "b" and abs(float(best["x"]) - 0.3) < 0.1  # type: ignore[arg-type]
+    late = [space.decode(x)["kind"] for x in X[-5:]]
+    assert late.count("b") >= 3, late
+
+
+@pytest.mark.parametrize("reference_point", [None, np.array([1.5, 1.5])])
+def test_multi_objective_returns_distinct_nehvi_points(reference_point) -> None:
+    problem = Problem(floats(2), n_objectives=2, reference_point=reference_point)
+
+    def f(X: np.ndarray) -> np.ndarray:
+        return np.stack([((X - 0.2) ** 2).sum(1), ((X - 0.8) ** 2).sum(1)], axis=1)
+
+    X = np.random.default_rng(0).random((8, 2))
+    proposal = GPEngine().suggest(
+        problem, history_of(problem, X, f), 3, {}, np.random.default_rng(1)
+    )
+    assert_valid(problem, proposal.X, 3)
+    assert len({x.tobytes() for x in np.vstack([X, proposal.X])}) == 11
+    assert all(d["source"] == "gp" and d["acquisition"] == "qLogNEHVI" for d in proposal.details)
+    # Pareto-optimal points lie on the segment between (0.2, 0.2) and (0.8, 0.8).
+    assert np.abs(proposal.X[:, 0] - proposal.X[:, 1]).max() < 0.25
+
+
+def test_constraint_steers_points_into_the_feasible_region() -> None:
+    # Minimize -x0 + (x1 - 0.5)^2 subject to x0 - 0.6 <= 0: the unconstrained optimum (x0 = 1)
+    # is infeasible; the constrained one is (0.6, 0.5) with value -0.6.
+    problem = Problem(floats(2), n_constraints=1)
+
+    def f(X: np.ndarray) -> np.ndarray:
+        return np.stack([-X[:, 0] + (X[:, 1] - 0.5) ** 2, X[:, 0] - 0.6], axis=1)
+
+    X, details = run_loop(GPEngine(), problem, f, 17, seed=1)  # 5 Sobol + 12 gp
+    assert_valid(problem, X, 17)
+    assert all(d["source"] == "gp" for d in details[5:])
+    values = f(X)
+    feasible = values[:, 1] <= 0
+    assert feasible[5:].mean() >= 0.6, X[5:]
+    assert values[feasible, 0].min() < -0.55
+
+
+def test_pending_points_are_never_duplicated_in_a_small_discrete_space() -> None:
+    space = SearchSpace([IntParam("a", 0, 3), IntParam("b", 0, 3), CategoricalParam("c", (1, 2))])
+    problem = Problem(space)  # 32 cells
+
+    def f(X: np.ndarray) -> np.ndarray:
+        return ((X - 0.4) ** 2).sum(1, keepdims=True)
+
+    engine, rng = GPEngine(), np.random.default_rng(0)
+    X, pending, state = np.zeros((0, 3)), np.zeros((0, 3)), {}
+    for _ in range(6):  # asks of 4 while 4 earlier points are still pending
+        proposal = engine.suggest(problem, history_of(problem, X, f, pending), 4, state, rng)
+        assert_valid(problem, proposal.X, 4)
+        seen = np.vstack([X, pending, proposal.X])
+        assert len({x.tobytes() for x in seen}) == len(seen)
+        X, pending, state = np.vstack([X, pending]), proposal.X, proposal.state
+    assert len(X) + len(pending) == 24
+
+    # 30 of the 32 cells are taken: the only two free cells come back.
+    grid = np.array([[a, b, c] for a in range(4) for b in range(4) for c in range(2)])
+    cells = (grid + 0.5) / [4, 4, 2]
+    history = history_of(problem, cells[:20], f, cells[20:30])
+    proposal = engine.suggest(problem, history, 2, state, rng)
+    assert {x.tobytes() for x in proposal.X} == {x.tobytes() for x in cells[30:]}
+
+
+def test_same_seed_same_proposal_and_inputs_unchanged() -> None:
+    space = SearchSpace(
+        [FloatParam("x", 0.0, 1.0), IntParam("n", 1, 8), CategoricalParam("c", ("u", "v", "w"))]
+    )
+    problem = Problem(space, n_constraints=1)
+
+    def f(X: np.ndarray) -> np.ndarray:
+        return np.stack([(X**2).sum(1), X[:, 0] - 0.7], axis=1)
+
+    X = space.snap(np.random.default_rng(2).random((9, 3)))
+    history = history_of(problem, X, f, space.snap(np.random.default_rng(3).random((2, 3))))
+    state = {"version": 1, "seed": 11, "index": 9}
+    arrays = [a.copy() for a in (history.X, history.Y, history.C, history.X_pending)]
+    state_copy = copy.deepcopy(state)
+    torch_state, python_state = torch.random.get_rng_state(), random.getstate()
+
+    a = GPEngine().suggest(problem, history, 3, state, np.random.default_rng(5))
+    b = GPEngine().suggest(problem, history, 3, state, np.random.default_rng(5))
+    np.testing.assert_array_equal(a.X, b.X)
+    assert a.details == b.details and a.state == b.state
+    assert all(d["source"] == "gp" for d in a.details)
+    assert json.loads(json.dumps(a.state)) == a.state
+    assert json.loads(json.dumps(a.details)) == a.details
+    assert state == state_copy
+    for before, after in zip(
+        arrays, (history.X, history.Y, history.C, history.X_pending), strict=True
+    ):
+        np.testing.assert_array_equal(before, after)
+    assert torch.equal(torch.random.get_rng_state(), torch_state)
+    assert random.getstate() == python_state
+
+
+@pytest.mark.parametrize("state", [{"seed": "x"}, {"seed": 3, "index": -1}, {"index": None}])
+def test_malformed_state_is_rebuilt(state) -> None:
+    problem = Problem(floats(2))
+    proposal = GPEngine().suggest(
+        problem, History.empty(problem), 2, state, np.random.default_rng(0)
+    )
+    assert_valid(problem, proposal.X, 2)
+    assert isinstance(proposal.state["seed"], int) and proposal.state["index"] == 2
+
+
+def test_non_finite_values_still_give_gp_points() -> None:
+    problem = Problem(floats(2), n_constraints=1)
+    X = np.random.default_rng(0).random((8, 2))
+    values = np.stack([(X**2).sum(1), X[:, 0] - 0.5], axis=1)
+    values[1, 0], values[2, 0], values[3, 1] = np.nan, np.inf, np.nan
+    history = History(X, values[:, :1], values[:, 1:], np.zeros((0, 2)))
+    proposal = GPEngine().suggest(problem, history, 2, {}, np.random.default_rng(0))
+    assert_valid(problem, proposal.X, 2)
+    assert all(d["source"] == "gp" for d in proposal.details)
+
+
+def test_numerical_failure_falls_back_to_sobol(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args, **kwargs):
+        raise NotPSDError("matrix not positive definite")
+
+    monkeypatch.setattr(gp_module, "_fit_gp", broken)
+    problem = Problem(floats(2))
+    X = np.random.default_rng(0).random((6, 2))
+    history = history_of(problem, X, lambda X: X[:, :1])
+    proposal = GPEngine().suggest(problem, history, 3, {}, np.random.default_rng(0))
+    assert_valid(problem, proposal.X, 3)
+    assert len({x.tobytes() for x in proposal.X}) == 3
+    for detail in proposal.details:
+        assert detail["source"] == "sobol" and "NotPSDError" in detail["fallback"]
