@@ -26,15 +26,19 @@ from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 Objective = Callable[[np.ndarray], np.ndarray]  # (n, d) in [0, 1] -> (n, m + k)
 
-BRANIN_MIN = 0.397887
+HARTMANN3_MIN = -3.86278
+HARTMANN3_ARGMIN = np.array([0.114614, 0.555649, 0.852547])
+_H3_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+_H3_A = np.array([[3.0, 10, 30], [0.1, 10, 35], [3.0, 10, 30], [0.1, 10, 35]])
+_H3_P = 1e-4 * np.array(
+    [[3689, 1170, 2673], [4699, 4387, 7470], [1091, 8732, 5547], [381, 5743, 8828]]
+)
 
 
-def branin(X: np.ndarray) -> np.ndarray:
-    """Branin on ``X: (n, 2)`` in [0, 1], scaled from [-5, 10] x [0, 15]; minimum 0.397887."""
-    x1, x2 = 15.0 * X[:, 0] - 5.0, 15.0 * X[:, 1]
-    b, c, t = 5.1 / (4 * np.pi**2), 5.0 / np.pi, 1.0 / (8 * np.pi)
-    y = (x2 - b * x1**2 + c * x1 - 6.0) ** 2 + 10.0 * (1 - t) * np.cos(x1) + 10.0
-    return y[:, None]
+def hartmann3(X: np.ndarray) -> np.ndarray:
+    """Hartmann-3 on ``X: (n, 3)`` in [0, 1]; ``(n, 1)``, minimum -3.86278 at HARTMANN3_ARGMIN."""
+    r2 = (_H3_A * (X[:, None, :] - _H3_P) ** 2).sum(-1)
+    return -(_H3_ALPHA * np.exp(-r2)).sum(-1)[:, None]
 
 
 def floats(d: int) -> SearchSpace:
@@ -110,16 +114,24 @@ def test_initial_design_is_sobol_with_2d_plus_1_points_counting_pending() -> Non
     assert all(d["acquisition"] == "qLogNEI" for d in third.details)
 
 
-def test_beats_sobol_on_branin() -> None:
-    problem = Problem(floats(2))
-    X_gp, details = run_loop(GPEngine(), problem, branin, 25, seed=3)  # 5 Sobol + 20 gp
-    assert [d["source"] for d in details] == ["sobol"] * 5 + ["gp"] * 20
-    X_sobol = SobolStream(2, int(np.random.default_rng(3).integers(2**31))).draw(25)
-    np.testing.assert_array_equal(X_gp[:5], X_sobol[:5])  # same seed, same initial design
-    best_gp, best_sobol = branin(X_gp).min(), branin(X_sobol).min()
-    # Margin: gp lands within 0.1 of the optimum, and is at least 0.3 better than Sobol.
-    assert best_gp < BRANIN_MIN + 0.1, (best_gp, best_sobol)
-    assert best_gp < best_sobol - 0.3, (best_gp, best_sobol)
+def test_hartmann3_optimum_is_as_stated() -> None:
+    assert hartmann3(HARTMANN3_ARGMIN[None, :])[0, 0] == pytest.approx(HARTMANN3_MIN, abs=1e-5)
+    X = np.random.default_rng(0).random((4096, 3))
+    assert hartmann3(X).min() > HARTMANN3_MIN
+
+
+def test_beats_sobol_on_hartmann3() -> None:
+    problem = Problem(floats(3))
+    X_gp, details = run_loop(GPEngine(), problem, hartmann3, 25, seed=0)  # 7 Sobol + 18 gp
+    assert [d["source"] for d in details] == ["sobol"] * 7 + ["gp"] * 18
+    X_sobol = SobolStream(3, int(np.random.default_rng(0).integers(2**31))).draw(25)
+    np.testing.assert_array_equal(X_gp[:7], X_sobol[:7])  # same seed, same initial design
+    regret_gp = hartmann3(X_gp).min() - HARTMANN3_MIN
+    regret_sobol = hartmann3(X_sobol).min() - HARTMANN3_MIN
+    # Margin: gp's regret is below 0.03 and at least 0.05 below Sobol's. (Seeds 0-5 gave gp
+    # regrets of 0.003-0.008 and Sobol regrets of 0.095-0.90; seed 0 is Sobol's best.)
+    assert regret_gp < 0.03, (regret_gp, regret_sobol)
+    assert regret_gp < regret_sobol - 0.05, (regret_gp, regret_sobol)
 
 
 def test_categorical_finds_middle_choice_and_stays_on_cell_centres() -> None:
@@ -222,7 +234,7 @@ def test_same_seed_same_proposal_and_inputs_unchanged() -> None:
     b = GPEngine().suggest(problem, history, 3, state, np.random.default_rng(5))
     np.testing.assert_array_equal(a.X, b.X)
     assert a.details == b.details and a.state == b.state
-    assert all(d["source"] == "gp" for d in a.details)
+    assert a.details[0]["source"] == "gp"
     assert json.loads(json.dumps(a.state)) == a.state
     assert json.loads(json.dumps(a.details)) == a.details
     assert state == state_copy

@@ -1,0 +1,278 @@
+"""The asynchronous client: ``AsyncClient`` and its ``AsyncStudy`` handle, mirroring the sync
+client method for method."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import httpx
+
+from client import _calls
+from client._base import (
+    DEFAULT_BASE_URL,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    Budget,
+    Call,
+    raise_for_problem,
+    retry_delay,
+    should_retry,
+    split_results,
+)
+from client._sync import Result
+from client.errors import ClientClosed, TransportError
+from client.models import (
+    AskRequest,
+    BestPublic,
+    HeartbeatRequest,
+    MeasurementPublic,
+    ReportRequest,
+    StudyCreate,
+    StudyExport,
+    StudyPublic,
+    StudyState,
+    StudyUpdate,
+    TellRequest,
+    TrialCreate,
+    TrialPublic,
+)
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """The async twin of ``Client``; use ``async with AsyncClient(url) as client``."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout, headers=headers, transport=transport
+        )
+        self.retries = retries
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        if self._closed:
+            raise ClientClosed("this AsyncClient is closed; create a new one")
+        for attempt in range(self.retries + 1):
+            try:
+                response = await self._http.request(
+                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                )
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+                await asyncio.sleep(retry_delay(attempt, None))
+                continue
+            if should_retry(response) and attempt < self.retries:
+                await asyncio.sleep(retry_delay(attempt, response))
+                continue
+            raise_for_problem(response)
+            return call.decode(response)
+        raise AssertionError("unreachable")
+
+    async def create_study(
+        self,
+        name: str,
+        parameters: list[Any],
+        objectives: list[Any] | None = None,
+        constraints: list[Any] | None = None,
+        engine: str | dict[str, Any] = "random",
+        **fields: Any,
+    ) -> AsyncStudy:
+        spec = _calls.study_create(name, parameters, objectives, constraints, engine, fields)
+        return await self.create_study_from(spec)
+
+    async def create_study_from(self, spec: StudyCreate) -> AsyncStudy:
+        return AsyncStudy(self, await self.send(_calls.create_study(spec)))
+
+    async def get_study(self, study_id: int) -> AsyncStudy:
+        return AsyncStudy(self, await self.send(_calls.get_study(study_id)))
+
+    async def list_studies(self, page_size: int = 100) -> AsyncIterator[StudyPublic]:
+        cursor: str | None = None
+        while True:
+            page = await self.send(_calls.list_studies(cursor, page_size))
+            for study in page.data:
+                yield study
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def import_study(
+        self, export: StudyExport | dict[str, Any], name: str | None = None
+    ) -> AsyncStudy:
+        export = StudyExport.model_validate(export)
+        return AsyncStudy(self, await self.send(_calls.import_study(export, name)))
+
+
+class AsyncStudy:
+    def __init__(self, client: AsyncClient, info: StudyPublic) -> None:
+        self.client, self.info, self.id = client, info, info.id
+
+    def __repr__(self) -> str:
+        return f"AsyncStudy(id={self.id}, name={self.info.name!r})"
+
+    async def refresh(self) -> StudyPublic:
+        self.info = await self.client.send(_calls.get_study(self.id))
+        return self.info
+
+    async def ask(
+        self, count: int = 1, worker_id: str | None = None, lease_seconds: float | None = None
+    ) -> list[TrialPublic]:
+        req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
+        return (await self.client.send(_calls.ask(self.id, req))).trials
+
+    async def tell(
+        self,
+        number: int,
+        values: Mapping[str, float] | float | None = None,
+        constraints: Mapping[str, float] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TrialPublic:
+        if isinstance(values, int | float):
+            values = {self.info.objectives[0].name: float(values)}
+        req = TellRequest(
+            values=dict(values or {}), constraints=dict(constraints or {}), metadata=metadata
+        )
+        return await self.client.send(_calls.tell(self.id, number, req))
+
+    async def fail(
+        self, number: int, reason: str | None = None, infeasible: bool = False
+    ) -> TrialPublic:
+        req = TellRequest(state="infeasible" if infeasible else "failed", reason=reason)
+        return await self.client.send(_calls.tell(self.id, number, req))
+
+    async def report(
+        self, number: int, step: int, values: Mapping[str, float], checkpoint: str | None = None
+    ) -> MeasurementPublic:
+        req = ReportRequest(step=step, values=dict(values), checkpoint=checkpoint)
+        return await self.client.send(_calls.report(self.id, number, req))
+
+    async def heartbeat(self, number: int, lease_seconds: float | None = None) -> TrialPublic:
+        req = HeartbeatRequest(lease_seconds=lease_seconds)
+        return await self.client.send(_calls.heartbeat(self.id, number, req))
+
+    async def enqueue(
+        self,
+        params: Mapping[str, Any],
+        values: Mapping[str, float] | None = None,
+        constraints: Mapping[str, float] | None = None,
+    ) -> TrialPublic:
+        req = TrialCreate(
+            params=dict(params),
+            values=dict(values) if values is not None else None,
+            constraints=dict(constraints or {}),
+        )
+        return await self.client.send(_calls.enqueue(self.id, req))
+
+    async def trial(self, number: int) -> TrialPublic:
+        return await self.client.send(_calls.get_trial(self.id, number))
+
+    async def trials(
+        self, states: list[str] | None = None, page_size: int = 500
+    ) -> AsyncIterator[TrialPublic]:
+        cursor: str | None = None
+        while True:
+            page = await self.client.send(_calls.list_trials(self.id, states, cursor, page_size))
+            for trial in page.data:
+                yield trial
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def measurements(self, number: int) -> list[MeasurementPublic]:
+        return await self.client.send(_calls.measurements(self.id, number))
+
+    async def best(self) -> BestPublic:
+        return await self.client.send(_calls.best(self.id))
+
+    async def export(self) -> StudyExport:
+        return await self.client.send(_calls.export_json(self.id))
+
+    async def export_csv(self) -> str:
+        return await self.client.send(_calls.export_csv(self.id))
+
+    async def update(
+        self, state: StudyState | None = None, metadata: dict[str, Any] | None = None
+    ) -> StudyPublic:
+        change = StudyUpdate.model_validate(
+            {k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None}
+        )
+        self.info = await self.client.send(_calls.update_study(self.id, change))
+        return self.info
+
+    async def delete(self) -> None:
+        await self.client.send(_calls.delete_study(self.id))
+
+    async def optimize(
+        self,
+        fn: Callable[[dict[str, Any]], Result | Awaitable[Result]],
+        n_trials: int,
+        n_workers: int = 1,
+        *,
+        catch: tuple[type[BaseException], ...] = (),
+        progress: bool = True,
+        lease_seconds: float | None = None,
+    ) -> None:
+        """As ``Study.optimize``, with ``n_workers`` tasks; ``fn`` may be sync or async."""
+        objectives = [o.name for o in self.info.objectives]
+        constraints = [c.name for c in self.info.constraints]
+        lease = lease_seconds or self.info.lease_seconds
+        budget = Budget(n_trials, progress)
+        errors: list[BaseException] = []
+
+        async def beat(number: int) -> None:
+            while True:
+                await asyncio.sleep(lease / 3)
+                try:
+                    await self.heartbeat(number)
+                except Exception:
+                    return
+
+        async def worker(index: int) -> None:
+            worker_id = f"optimize-async-{id(self)}-{index}"
+            while not errors and budget.take():
+                (trial,) = await self.ask(1, worker_id=worker_id, lease_seconds=lease)
+                beating = asyncio.create_task(beat(trial.number))
+                try:
+                    result = fn(dict(trial.params))
+                    if inspect.isawaitable(result):
+                        result = await result
+                    values, cons = split_results(result, objectives, constraints)
+                except Exception as exc:
+                    await self.fail(trial.number, reason=repr(exc))
+                    budget.done(ok=False)
+                    if not isinstance(exc, catch):
+                        errors.append(exc)
+                    continue
+                finally:
+                    beating.cancel()
+                await self.tell(trial.number, values, cons)
+                budget.done(ok=True)
+
+        await asyncio.gather(*(worker(i) for i in range(n_workers)))
+        budget.finish()
+        if errors:
+            raise errors[0]

@@ -1,0 +1,152 @@
+"""What the sync and async clients share, without I/O: requests, retries, decoding."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from client.errors import error_for
+
+T = TypeVar("T")
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRIES = 5
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+@dataclass
+class Call(Generic[T]):
+    """One API call: built once, sent (and retried) by a client, decoded into ``T``.
+
+    POSTs carry an ``Idempotency-Key`` made when the call is built, so a retry after a lost
+    answer returns the stored response instead of acting twice.
+    """
+
+    method: str
+    path: str
+    decode: Callable[[httpx.Response], T]
+    json: Any = None
+    params: Mapping[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.method == "POST":
+            self.headers.setdefault("Idempotency-Key", uuid.uuid4().hex)
+
+
+def body(model: BaseModel) -> Any:
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+def decoder(model: Any) -> Callable[[httpx.Response], Any]:
+    adapter = TypeAdapter(model)
+    return lambda response: adapter.validate_json(response.content)
+
+
+def no_content(response: httpx.Response) -> None:
+    return None
+
+
+def text(response: httpx.Response) -> str:
+    return response.text
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = {"detail": response.text}
+    if not isinstance(payload, dict):
+        payload = {"detail": payload}
+    raise error_for(response.status_code, payload)
+
+
+def retry_delay(attempt: int, response: httpx.Response | None) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based): Retry-After when the server sent
+    one, otherwise exponential backoff with full jitter, capped at 10 s."""
+    if response is not None:
+        after = response.headers.get("Retry-After")
+        if after is not None:
+            try:
+                return min(float(after), 60.0)
+            except ValueError:
+                pass
+    return random.uniform(0, min(10.0, 0.1 * 2**attempt))
+
+
+def should_retry(response: httpx.Response) -> bool:
+    return response.status_code in RETRY_STATUSES
+
+
+def split_results(
+    result: float | Mapping[str, float] | Sequence[float],
+    objectives: Sequence[str],
+    constraints: Sequence[str],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Turn what an objective function returned into (values, constraints) by name.
+
+    A number fits a single-objective study; a sequence gives the objectives in order; a mapping
+    names objectives and constraint metrics together.
+    """
+    if isinstance(result, Mapping):
+        values = {k: float(v) for k, v in result.items() if k in objectives}
+        cons = {k: float(v) for k, v in result.items() if k in constraints}
+        extra = set(result) - set(values) - set(cons)
+        if extra:
+            raise ValueError(f"the objective returned unknown metric(s) {sorted(extra)}")
+        return values, cons
+    if isinstance(result, int | float):
+        if len(objectives) != 1:
+            raise ValueError(f"the study has {len(objectives)} objectives; return a dict or list")
+        return {objectives[0]: float(result)}, {}
+    values_list = [float(v) for v in result]
+    if len(values_list) != len(objectives):
+        raise ValueError(f"expected {len(objectives)} values, got {len(values_list)}")
+    return dict(zip(objectives, values_list, strict=True)), {}
+
+
+class Budget:
+    """Hands out trial slots to workers and draws a progress bar on stderr."""
+
+    def __init__(self, total: int, progress: bool) -> None:
+        self.total, self.progress = total, progress
+        self.started = self.finished = self.failed = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.started >= self.total:
+                return False
+            self.started += 1
+            return True
+
+    def done(self, ok: bool) -> None:
+        with self._lock:
+            self.finished += 1
+            self.failed += not ok
+            self._draw()
+
+    def _draw(self) -> None:
+        if not self.progress:
+            return
+        width = 30
+        filled = int(width * self.finished / max(self.total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        failed = f"  ({self.failed} failed)" if self.failed else ""
+        sys.stderr.write(f"\r[{bar}] {self.finished}/{self.total} trials{failed}")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.progress:
+            sys.stderr.write("\n")
