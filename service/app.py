@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -77,11 +76,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Bayesian and black-box optimization over HTTP: ask for trials, tell results.",
         lifespan=lifespan,
-        generate_unique_id_function=lambda route: (
-            f"{route.tags[0]}-{route.name}"
-            if isinstance(route, APIRoute) and route.tags
-            else route.name
-        ),
     )
     app.include_router(health.router)
     app.include_router(studies.router)

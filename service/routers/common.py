@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import Response
+from fastapi.routing import APIRoute
 
 from service.store import Written
 
@@ -23,3 +24,8 @@ def cursor_int(cursor: str | None) -> int | None:
         return int(cursor)
     except ValueError:
         raise invalid("invalid_cursor", f"cursor {cursor!r} is not one this API returned") from None
+
+
+def operation_id(route: APIRoute) -> str:
+    """Stable OpenAPI operation ids, "tag-name", so generated clients get readable names."""
+    return f"{route.tags[0]}-{route.name}" if route.tags else route.name

@@ -6,8 +6,9 @@ from fastapi import APIRouter
 from sqlalchemy import text
 
 from service.deps import StoreDep
+from service.routers.common import operation_id
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], generate_unique_id_function=operation_id)
 
 
 @router.get("/healthz")

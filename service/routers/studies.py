@@ -16,9 +16,9 @@ from client.models import (
 )
 from service import studies
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import cursor_int, written
+from service.routers.common import cursor_int, operation_id, written
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"])
+router = APIRouter(prefix="/v1/studies", tags=["studies"], generate_unique_id_function=operation_id)
 
 
 @router.post("", response_model=StudyPublic, status_code=201)

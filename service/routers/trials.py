@@ -20,9 +20,11 @@ from client.models import (
 )
 from service import trials
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import cursor_int, written
+from service.routers.common import cursor_int, operation_id, written
 
-router = APIRouter(prefix="/v1/studies/{study_id}", tags=["trials"])
+router = APIRouter(
+    prefix="/v1/studies/{study_id}", tags=["trials"], generate_unique_id_function=operation_id
+)
 
 
 @router.post("/ask", response_model=AskResponse)
