@@ -142,27 +142,32 @@ class BodyLimit:
                 await self._too_large(scope, receive, send)
                 return
         seen = 0
+        rejected = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, rejected
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
+                if seen > self.max_bytes and not rejected:
+                    # Answer 413 now and tell the app the client is gone; it stops reading.
+                    rejected = True
+                    await self._too_large(scope, receive, send)
+                    return {"type": "http.disconnect"}
             return message
 
+        async def guarded_send(message: Message) -> None:
+            if not rejected:
+                await send(message)
+
         try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._too_large(scope, receive, send)
+            await self.app(scope, limited, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(
             413, "body_too_large", f"the request body is over {self.max_bytes} bytes"
         )
         await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass

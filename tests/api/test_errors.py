@@ -1,0 +1,145 @@
+"""Bad input gets a clear 4xx problem+json with a stable code, never a 5xx."""
+
+import pytest
+
+from tests.conftest import FLOAT_X, study_body
+
+
+@pytest.fixture
+def sid(http):
+    return http.post("/v1/studies", json=study_body()).json()["id"]
+
+
+def _problem(r, status, code):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["code"] == code and body["status"] == status and body["detail"]
+    return body
+
+
+def _float(**fields):
+    return {"type": "float", "name": "x", "low": 0, "high": 1, **fields}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "code", "words"),
+    [
+        ([_float(low=1, high=0)], "invalid_search_space", "below"),
+        ([_float(log=True)], "invalid_search_space", "log"),
+        ([FLOAT_X, FLOAT_X], "invalid_search_space", "twice"),
+        ([{"type": "categorical", "name": "c", "choices": []}], "invalid_search_space", "choice"),
+        ([_float(name="")], "invalid_search_space", "name"),
+        ([{"type": "bogus", "name": "x"}], "validation_error", "type"),
+        ([_float(extra=1)], "validation_error", "extra"),
+    ],
+)
+def test_invalid_search_spaces(http, parameters, code, words):
+    body = _problem(http.post("/v1/studies", json=study_body(parameters=parameters)), 422, code)
+    assert words in body["detail"]
+
+
+def test_too_many_parameters(http):
+    params = [_float(name=f"p{i}") for i in range(1001)]
+    r = http.post("/v1/studies", json=study_body(parameters=params))
+    assert "1000" in _problem(r, 422, "invalid_search_space")["detail"]
+
+
+def test_unknown_engine_and_unknown_option(http):
+    r = http.post("/v1/studies", json=study_body(engine={"name": "nope"}))
+    assert "choose one of" in _problem(r, 422, "invalid_engine")["detail"]
+    r = http.post("/v1/studies", json=study_body(engine={"name": "random", "options": {"q": 1}}))
+    assert "no option" in _problem(r, 422, "invalid_engine")["detail"]
+
+
+def test_duplicate_objective_names(http):
+    body = study_body(objectives=[{"name": "a"}, {"name": "a"}])
+    _problem(http.post("/v1/studies", json=body), 422, "invalid_study")
+
+
+@pytest.mark.parametrize("count", [0, -1, 1001, "many"])
+def test_bad_counts(http, sid, count):
+    _problem(http.post(f"/v1/studies/{sid}/ask", json={"count": count}), 422, "validation_error")
+
+
+def test_unknown_study_and_unknown_trial(http, sid):
+    _problem(http.post("/v1/studies/999/ask", json={}), 404, "not_found")
+    r = http.post(f"/v1/studies/{sid}/trials/42/tell", json={"values": {"value": 1}})
+    _problem(r, 404, "trial_not_found")
+    _problem(http.get("/v1/nowhere"), 404, "not_found")
+    _problem(http.get("/v1/studies/abc"), 422, "validation_error")
+
+
+def test_tell_with_unknown_missing_or_non_finite_values(http, sid):
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    url = f"/v1/studies/{sid}/trials/{t['number']}/tell"
+    _problem(http.post(url, json={"values": {"loss": 1.0}}), 422, "unknown_objective")
+    _problem(http.post(url, json={"values": {}}), 422, "missing_objective")
+    _problem(http.post(url, json={"values": {"value": "x"}}), 422, "validation_error")
+    for bad in (b'{"values": {"value": NaN}}', b'{"values": {"value": Infinity}}'):
+        r = http.post(url, content=bad, headers={"content-type": "application/json"})
+        assert "failed" in _problem(r, 422, "non_finite_value")["detail"]
+    # None of that touched the trial.
+    assert http.get(f"/v1/studies/{sid}/trials/{t['number']}").json()["state"] == "running"
+
+
+def test_constraint_metrics_are_checked(http):
+    body = study_body(constraints=[{"name": "mem", "op": "<=", "threshold": 1.0}])
+    sid = http.post("/v1/studies", json=body).json()["id"]
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    url = f"/v1/studies/{sid}/trials/{t['number']}/tell"
+    _problem(http.post(url, json={"values": {"value": 1.0}}), 422, "missing_constraint")
+    r = http.post(url, json={"values": {"value": 1.0}, "constraints": {"mem": 1, "cpu": 2}})
+    _problem(r, 422, "unknown_constraint")
+
+
+def test_malformed_json_and_wrong_content(http, sid):
+    url = f"/v1/studies/{sid}/ask"
+    r = http.post(url, content=b"{not json", headers={"content-type": "application/json"})
+    _problem(r, 400, "malformed_json")
+    _problem(http.post(url, content=b"count=3"), 400, "malformed_json")
+    _problem(http.post(url, json=[1, 2]), 422, "validation_error")
+
+
+def test_unknown_fields_are_rejected(http, sid):
+    r = http.post(f"/v1/studies/{sid}/ask", json={"count": 1, "worker": "w"})
+    assert "worker" in _problem(r, 422, "validation_error")["detail"]
+
+
+def test_bodies_over_one_mib_are_413(http, sid):
+    big = b'{"params": {"x": 1.0, "y": 0.0}, "metadata": {"blob": "' + b"a" * (1 << 20) + b'"}}'
+    headers = {"content-type": "application/json"}
+    _problem(
+        http.post(f"/v1/studies/{sid}/trials", content=big, headers=headers), 413, "body_too_large"
+    )
+
+    def chunks():
+        yield big[: len(big) // 2]
+        yield big[len(big) // 2 :]
+
+    r = http.post(f"/v1/studies/{sid}/trials", content=chunks(), headers=headers)
+    _problem(r, 413, "body_too_large")
+    assert http.get(f"/v1/studies/{sid}").json()["trial_counts"] == {}
+
+
+def test_bad_cursor(http):
+    _problem(http.get("/v1/studies", params={"cursor": "zz"}), 422, "invalid_cursor")
+
+
+def test_heartbeat_on_a_waiting_or_finished_trial(http, sid):
+    http.post(f"/v1/studies/{sid}/trials", json={"params": {"x": 0.0, "y": 0.0}})
+    _problem(http.post(f"/v1/studies/{sid}/trials/0/heartbeat", json={}), 409, "trial_not_running")
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    http.post(f"/v1/studies/{sid}/trials/{t['number']}/tell", json={"values": {"value": 1}})
+    r = http.post(f"/v1/studies/{sid}/trials/{t['number']}/heartbeat", json={})
+    _problem(r, 409, "trial_finished")
+
+
+def test_report_rejects_non_finite_values(http, sid):
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    r = http.post(
+        f"/v1/studies/{sid}/trials/{t['number']}/report",
+        content=b'{"step": 1, "values": {"loss": NaN}}',
+        headers={"content-type": "application/json"},
+    )
+    _problem(r, 422, "non_finite_value")

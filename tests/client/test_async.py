@@ -1,0 +1,110 @@
+"""The async client; mirrors test_sync.py by test name."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from client import AsyncClient, ClientClosed, Conflict, InvalidRequest, NotFound, TransportError
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import FLOAT_X, FLOAT_Y
+
+
+def run(coro_fn, sqlite_url):
+    async def main():
+        app = create_app(Settings(database_url=sqlite_url))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with AsyncClient("http://testserver", transport=transport, retries=0) as c:
+                return await coro_fn(c)
+
+    return asyncio.run(main())
+
+
+def test_optimize_runs_the_loop_and_finds_a_good_point(sqlite_url):
+    async def body(client):
+        study = await client.create_study("quad", [FLOAT_X, FLOAT_Y], seed=1)
+
+        async def fn(p):
+            await asyncio.sleep(0)
+            return (p["x"] - 1) ** 2 + (p["y"] + 2) ** 2
+
+        await study.optimize(fn, n_trials=40, n_workers=3, progress=False)
+        info = await study.refresh()
+        assert info.trial_counts == {"completed": 40}
+        (best,) = (await study.best()).trials
+        assert best.values is not None and best.values["value"] < 2.0
+
+    run(body, sqlite_url)
+
+
+def test_a_failing_objective_marks_the_trial_failed_and_raises(sqlite_url):
+    async def body(client):
+        study = await client.create_study("boom", [FLOAT_X])
+
+        def fn(params):
+            raise ValueError("bad point")
+
+        with pytest.raises(ValueError, match="bad point"):
+            await study.optimize(fn, n_trials=3, progress=False)
+        trials = [t async for t in study.trials()]
+        assert len(trials) == 1 and trials[0].state == "failed"
+
+    run(body, sqlite_url)
+
+
+def test_ask_tell_report_and_errors(sqlite_url):
+    async def body(client):
+        study = await client.create_study("manual", [FLOAT_X])
+        (trial,) = await study.ask(worker_id="me")
+        await study.report(trial.number, 1, {"loss": 0.3}, checkpoint="c1")
+        assert [m.step for m in await study.measurements(trial.number)] == [1]
+        await study.heartbeat(trial.number, lease_seconds=60)
+        assert (await study.tell(trial.number, 0.25)).state == "completed"
+        with pytest.raises(Conflict):
+            await study.tell(trial.number, 0.5)
+        (other,) = await study.ask()
+        with pytest.raises(InvalidRequest):
+            await study.tell(other.number, {"nope": 1.0})
+        with pytest.raises(NotFound):
+            await client.get_study(12345)
+
+    run(body, sqlite_url)
+
+
+def test_enqueue_export_and_import(sqlite_url):
+    async def body(client):
+        study = await client.create_study("src", [FLOAT_X])
+        await study.enqueue({"x": 1.5}, values={"value": 2.0})
+        copy = await client.import_study(await study.export(), name="dst")
+        assert [t.params async for t in copy.trials()] == [{"x": 1.5}]
+        assert [s.name async for s in client.list_studies(page_size=1)] == ["src", "dst"]
+
+    run(body, sqlite_url)
+
+
+def test_retries_connection_errors_then_raises():
+    calls = []
+
+    def handler(request):
+        calls.append(request.headers.get("Idempotency-Key"))
+        raise httpx.ConnectError("refused")
+
+    async def main():
+        async with AsyncClient("http://x", transport=httpx.MockTransport(handler), retries=2) as c:
+            with pytest.raises(TransportError):
+                await c.create_study("s", [FLOAT_X])
+
+    asyncio.run(main())
+    assert len(calls) == 3 and len(set(calls)) == 1
+
+
+def test_a_closed_client_refuses_to_send():
+    async def main():
+        c = AsyncClient("http://x", transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+        await c.aclose()
+        with pytest.raises(ClientClosed):
+            await c.get_study(1)
+
+    asyncio.run(main())
