@@ -66,11 +66,14 @@ class _VersionMoved(Exception):
 
 @dataclass(frozen=True)
 class _Snapshot:
+    spec: StudySpec
     version: int
     state: dict[str, Any]
     seed: int
     need: int
     history: History | None
+    #: Running trials whose lease has expired: the lease policy runs before the engine.
+    expired: int
 
 
 def ask(
@@ -79,7 +82,10 @@ def ask(
     with store.study_lock(study_id):
         for _ in range(_ASK_ATTEMPTS):
             snap = store.db.read(lambda c: _snapshot(store, c, tenant_id, study_id, req))
-            proposal = _propose(store, study_id, snap) if snap.need > 0 else None
+            if snap.expired:
+                store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
+                continue
+            proposal = _propose(snap) if snap.need > 0 else None
 
             def commit(c: Connection, snap: _Snapshot = snap, proposal: Proposal | None = proposal):
                 return _commit_ask(store, c, tenant_id, study_id, req, snap, proposal)
@@ -128,18 +134,27 @@ def _snapshot(
     if req.worker_id is not None:
         held = _held_query(study_id, req.worker_id, now).with_only_columns(func.count())
         available += conn.execute(held).scalar_one()
-    available += conn.execute(
-        select(func.count()).where(
-            trials_t.c.study_id == study_id,
-            or_(
-                trials_t.c.state.in_(("waiting", "stale")),
-                and_(trials_t.c.state == "running", trials_t.c.lease_expires_at < now),
-            ),
-        )
-    ).scalar_one()
-    need = max(0, req.count - available)
-    history = load_history(conn, study_id, spec, spec.engine.uses_observations) if need else None
-    return _Snapshot(row.engine_state_version, row.engine_state, row.seed, need, history)
+    counts = dict(
+        conn.execute(
+            select(trials_t.c.state, func.count())
+            .where(
+                trials_t.c.study_id == study_id,
+                or_(
+                    trials_t.c.state.in_(("waiting", "stale")),
+                    and_(trials_t.c.state == "running", trials_t.c.lease_expires_at < now),
+                ),
+            )
+            .group_by(trials_t.c.state)
+        ).all()
+    )
+    expired = counts.pop("running", 0)
+    need = max(0, req.count - available - sum(counts.values()))
+    history = None
+    if need and not expired:
+        history = load_history(conn, study_id, spec, spec.engine.uses_observations)
+    return _Snapshot(
+        spec, row.engine_state_version, row.engine_state, row.seed, need, history, expired
+    )
 
 
 def load_history(conn: Connection, study_id: int, spec: StudySpec, observations: bool) -> History:
@@ -178,8 +193,8 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
 
 
-def _propose(store: Store, study_id: int, snap: _Snapshot) -> Proposal:
-    spec = store.db.read(lambda c: store.spec(c, study_id))
+def _propose(snap: _Snapshot) -> Proposal:
+    spec = snap.spec
     assert snap.history is not None
     rng = np.random.default_rng([snap.seed, snap.version])
     try:

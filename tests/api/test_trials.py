@@ -1,7 +1,10 @@
 import time
 
 import pytest
+from fastapi.testclient import TestClient
 
+from service.app import create_app
+from service.settings import Settings
 from tests.conftest import FLOAT_X, FLOAT_Y, study_body
 
 
@@ -114,6 +117,19 @@ def test_fail_policy_marks_an_expired_trial_failed(http):
     time.sleep(0.8)
     trial = http.get(f"/v1/studies/{sid}/trials/{t['number']}").json()
     assert trial["state"] == "failed" and "lease expired" in trial["reason"]
+
+
+def test_an_expired_lease_is_handled_by_the_next_ask_before_the_reaper(sqlite_url):
+    # The reaper of this app sleeps for an hour: only ask itself can apply the policy.
+    app = create_app(Settings(database_url=sqlite_url, reaper_interval=3600))
+    with TestClient(app) as http:
+        for policy, state in (("fail", "failed"), ("requeue", "running")):
+            body = study_body(policy, on_lease_expiry=policy)
+            sid = http.post("/v1/studies", json=body).json()["id"]
+            (t,) = _ask(http, sid, lease_seconds=0.05)
+            time.sleep(0.1)
+            assert len(_ask(http, sid, count=2, worker_id="next")) == 2
+            assert http.get(f"/v1/studies/{sid}/trials/{t['number']}").json()["state"] == state
 
 
 def test_retries_are_bounded_by_max_retries(http):

@@ -94,7 +94,8 @@ sys.path.insert(0, ".")
 from tests.engines.test_contract import PROBLEMS, _history
 from engines.registry import make_engine
 problem = PROBLEMS["single"]
-p = make_engine(sys.argv[1]).suggest(problem, _history(problem, 12, 1), 2, {}, np.random.default_rng(5))
+history = _history(problem, 12, 1)
+p = make_engine(sys.argv[1]).suggest(problem, history, 2, {}, np.random.default_rng(5))
 print(json.dumps(p.X.tolist()))
 """
 
