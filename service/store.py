@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -60,6 +60,13 @@ class Store:
 
         def run(conn: Connection) -> Written:
             if idem is not None:
+                if not self.db.is_sqlite:
+                    # Requests with one key wait for each other, so a repeat sees the stored
+                    # answer instead of the change the first made (SQLite writers wait anyway).
+                    conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:tenant, hashtext(:key))"),
+                        {"tenant": tenant_id, "key": idem.key},
+                    )
                 stored = replay(conn, tenant_id, idem)
                 if stored is not None:
                     return stored

@@ -18,6 +18,8 @@ across processes), and asks on different studies never wait for each other's eng
 from __future__ import annotations
 
 import math
+import random
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,7 +59,9 @@ from service.store import (
 )
 
 PENDING_STATES = ("waiting", "running", "stale")
-_ASK_ATTEMPTS = 5
+_ASK_ATTEMPTS = 12
+#: Advisory lock class of "one ask at a time per study" on PostgreSQL.
+_ASK_LOCK = 7001
 
 
 class _VersionMoved(Exception):
@@ -79,8 +83,8 @@ class _Snapshot:
 def ask(
     store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
 ) -> Written:
-    with store.study_lock(study_id):
-        for _ in range(_ASK_ATTEMPTS):
+    with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
+        for attempt in range(_ASK_ATTEMPTS):
             snap = store.db.read(lambda c: _snapshot(store, c, tenant_id, study_id, req))
             if snap.expired:
                 store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
@@ -93,6 +97,8 @@ def ask(
             try:
                 return store.write(tenant_id, idem, commit)
             except _VersionMoved:
+                # Another process asked in between (SQLite served by several processes).
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
                 continue
     raise unavailable("the study is busy with concurrent asks; retry the request")
 
@@ -132,7 +138,9 @@ def _snapshot(
     now = utcnow()
     available = 0
     if req.worker_id is not None:
-        held = _held_query(study_id, req.worker_id, now).with_only_columns(func.count())
+        held = (
+            _held_query(study_id, req.worker_id, now).with_only_columns(func.count()).order_by(None)
+        )
         available += conn.execute(held).scalar_one()
     counts = dict(
         conn.execute(

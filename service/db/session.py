@@ -16,10 +16,11 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -70,6 +71,25 @@ class Database:
         options: dict[str, Any] = {"asktell_write": write}
         with self.engine.connect().execution_options(**options) as conn, conn.begin():
             return fn(conn)
+
+    @contextmanager
+    def advisory_lock(self, kind: int, key: int) -> Iterator[None]:
+        """Hold a PostgreSQL session advisory lock on ``(kind, key)`` for the block, on a
+        connection of its own; other replicas taking the same lock wait. A no-op on SQLite,
+        whose writers are serialized anyway."""
+        if self.is_sqlite:
+            yield
+            return
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:kind, :key)"), {"kind": kind, "key": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(
+                    text("SELECT pg_advisory_unlock(:kind, :key)"), {"kind": kind, "key": key}
+                )
+                conn.commit()
 
     def dispose(self) -> None:
         self.engine.dispose()
