@@ -2,58 +2,59 @@
 
 Method. Until ``n_initial`` trials (default ``2 d + 1``, completed and pending together) exist,
 points come from the study's scrambled Sobol stream (``engines.quasirandom``); a batch that
-crosses that boundary is part Sobol, part model-based. After that, every objective and every
-outcome constraint gets its own exact GP [Rasmussen2006gpml] on the completed trials, with a
-constant mean, a Matern-5/2 kernel with dimension-scaled lengthscale priors [Hvarfner2024vanilla]
-and outcomes standardized. Given data ``(X, y)`` and kernel ``k``, the posterior at ``x`` is::
+crosses that boundary is part Sobol, part model-based. After that, each objective and each
+outcome constraint gets its own exact GP [Rasmussen2006gpml] on the completed trials (constant
+mean, squared-exponential kernel with per-dimension lengthscales under a dimension-scaled
+log-normal prior [Hvarfner2024vanilla], inferred noise, standardized outcomes). With data
+``(X, y)``, kernel ``k`` and noise ``s2``, the posterior is::
 
     mu(x)      = m + k(x, X) (K + s2 I)^-1 (y - m)
     sigma^2(x) = k(x, x) - k(x, X) (K + s2 I)^-1 k(X, x),     K = k(X, X)
 
-Objectives are minimized in ``History.Y``; BoTorch maximizes, so the GPs model ``-Y``.
+``History.Y`` is minimized and BoTorch maximizes, so the GPs model ``-Y``.
 
-- One objective: q-log noisy expected improvement (qLogNEI) [Ament2023logei]. Expected
-  improvement ``EI(x) = E[max(f(x) - f*, 0)]`` is replaced by the log of a smoothed improvement,
-  ``log E[softplus_tau(f(x) - max_j f(x_j))]``, estimated with quasi-Monte-Carlo joint samples of
-  ``f`` at ``x`` and at the observed points ``x_j`` (the "noisy" incumbent [Letham2019noisyei]), so
-  it stays informative where EI underflows to zero.
-- Several objectives: q-log noisy expected hypervolume improvement (qLogNEHVI)
-  [Daulton2021nehvi]: the expected gain in the hypervolume dominated by the (sampled) Pareto
-  front of the observed points, with respect to a reference point ``r``, in log space.
-- Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by a smoothed
-  indicator ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
+- One objective: q-log noisy expected improvement, qLogNEI [Ament2023logei]. Expected improvement
+  ``EI(x) = E[max(f(x) - f*, 0)]`` becomes ``log E[softplus_tau(f(x) - max_j f(x_j))]``, estimated
+  with quasi-Monte-Carlo joint samples of ``f`` at ``x`` and at the observed ``x_j`` (a noisy
+  incumbent [Letham2019noisyei]); unlike EI it stays informative where EI underflows to zero.
+- Several objectives: q-log noisy expected hypervolume improvement, qLogNEHVI
+  [Daulton2021nehvi]: the expected gain in hypervolume, above a reference point ``r``, over the
+  sampled Pareto front of the observed points, computed in log space.
+- Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by the smoothed
+  feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
 
-Batches are chosen greedily: each new point is optimized with the pending trials and the points
-already chosen in the batch as ``X_pending`` (their outcomes integrated out jointly).
+A batch is built greedily: each point is optimized with the pending trials and the points already
+chosen as ``X_pending``, whose outcomes are sampled jointly.
 
-Our choices. Categorical coordinates use a Hamming-distance kernel (``MixedSingleTaskGP``) and are
-optimized over their choices, never as rounded floats; linear integer and stepped coordinates
-with at most ``max_discrete_levels`` levels are optimized over their level values by alternating
-discrete local search and L-BFGS [Daulton2022bopr]. Level ``k`` of ``L`` sits at ``(k + 0.5) / L``
-(``engines.space``), so the models are trained on snapped points and the optimizer gets those cell
-centres. Other coordinates are optimized continuously and snapped. Without a given reference point,
-``r`` is the nadir of the feasible observed Pareto front moved back by 10 % of its range.
-Non-finite objective values count as the worst finite one; non-finite constraint values as
-violated. A returned point equal (after snapping) to an observed, pending or earlier point is
-replaced by a fresh Sobol point. A numerical failure of the fit or the optimizer falls back to
-Sobol points, said so in the point's details, rather than failing the ask.
+Our choices. Categorical coordinates get a Hamming-distance kernel, summed with and multiplied by
+the continuous one (``MixedSingleTaskGP``, after [Ru2020cocabo]), and are optimized over their
+choices, never as rounded floats; linear integer and stepped coordinates with at most
+``max_discrete_levels`` levels are optimized over their levels, alternating discrete local search
+with L-BFGS (BoTorch's ``optimize_acqf_mixed_alternating``). Level ``k`` of ``L`` sits at
+``(k + 0.5) / L`` (``engines.space``), so models train on snapped points and the optimizer gets
+the cell centres. Other coordinates are optimized continuously, then snapped. The
+marginal-likelihood fit stops after 200 L-BFGS iterations, which bounds the ask latency. Without
+a given reference point, ``r`` is the nadir of the feasible observed Pareto front moved back by
+10 % of its range. Non-finite objective values count as the worst finite one, non-finite
+constraint values as violated. A point equal (after snapping) to an observed, pending or earlier
+point is replaced by a fresh Sobol point. A numerical failure of the fit or the optimizer falls
+back to Sobol points, said so in their details, rather than failing the ask.
 
 References:
     [Rasmussen2006gpml] C. E. Rasmussen, C. K. I. Williams. Gaussian Processes for Machine
         Learning. MIT Press, 2006.
-    [Hvarfner2024vanilla] C. Hvarfner, E. O. Hellsten, L. Nardi. Vanilla Bayesian optimization
-        performs great in high dimensions. ICML 2024.
-    [Letham2019noisyei] B. Letham, B. Karrer, G. Ottoni, E. Bakshy. Constrained Bayesian
-        optimization with noisy experiments. Bayesian Analysis 14(2), 2019.
-    [Ament2023logei] S. Ament, S. Daulton, D. Eriksson, M. Balandat, E. Bakshy. Unexpected
-        improvements to expected improvement for Bayesian optimization. NeurIPS 2023.
+    [Hvarfner2024vanilla] C. Hvarfner et al. Vanilla Bayesian optimization performs great in
+        high dimensions. ICML 2024.
+    [Letham2019noisyei] B. Letham et al. Constrained Bayesian optimization with noisy
+        experiments. Bayesian Analysis 14(2), 2019.
+    [Ament2023logei] S. Ament et al. Unexpected improvements to expected improvement for
+        Bayesian optimization. NeurIPS 2023.
     [Daulton2021nehvi] S. Daulton, M. Balandat, E. Bakshy. Parallel Bayesian optimization of
         multiple noisy objectives with expected hypervolume improvement. NeurIPS 2021.
-    [Gardner2014cbo] J. R. Gardner, M. J. Kusner, Z. Xu, K. Q. Weinberger, J. P. Cunningham.
-        Bayesian optimization with inequality constraints. ICML 2014.
-    [Daulton2022bopr] S. Daulton, X. Wan, D. Eriksson, M. Balandat, M. A. Osborne, E. Bakshy.
-        Bayesian optimization over discrete and mixed spaces via probabilistic reparameterization.
-        NeurIPS 2022.
+    [Gardner2014cbo] J. R. Gardner et al. Bayesian optimization with inequality constraints.
+        ICML 2014.
+    [Ru2020cocabo] B. Ru, A. S. Alvi, V. Nguyen, M. A. Osborne, S. J. Roberts. Bayesian
+        optimisation over multiple continuous and categorical inputs. ICML 2020.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ _MAX_ENUMERATED_CELLS = 100_000
 #: Seeding torch (and, for large categoricals, Python's ``random`` that BoTorch's mixed optimizer
 #: draws from) is process-global; asks in threads of one process take turns.
 _SEEDED_LOCK = threading.Lock()
+#: L-BFGS iterations of the marginal-likelihood fit: a flat likelihood (few points, many
+#: kernel hyperparameters) can take thousands for a negligible gain.
+_FIT_MAXITER = 200
 _STATE_VERSION = 1
 _REPLACED = "duplicate of an observed, pending or earlier point"
 
@@ -146,13 +150,13 @@ class GPEngine:
     ) -> Proposal:
         space, d = problem.space, problem.d
         seed, index = state.get("seed"), state.get("index")
-        if not (isinstance(seed, int) and isinstance(index, int) and seed >= 0 and index >= 0):
+        if not (type(seed) is int and type(index) is int and seed >= 0 and index >= 0):
             seed, index = int(rng.integers(2**31)), 0
         stream = SobolStream(d, seed, index)
 
         n_initial = self.n_initial if self.n_initial is not None else 2 * d + 1
         n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
-        if d == 0:
+        if d == 0:  # only fixed parameters: every point is the same empty point
             n_sobol = count
         taken = np.vstack([history.X, history.X_pending])
         X = space.snap(sobol_points(problem, taken, n_sobol, stream))
@@ -164,7 +168,8 @@ class GPEngine:
             )
             X = np.vstack([X, X_model])
             details += model_details
-        X = _replace_duplicates(problem, history, X, details, stream, rng)
+        if d:
+            X = _replace_duplicates(problem, history, X, details, stream, rng)
         new_state = {"version": _STATE_VERSION, "seed": seed, "index": stream.index}
         return Proposal(X=X.reshape(count, d), state=new_state, details=details)
 
@@ -216,51 +221,37 @@ class GPEngine:
         tX = torch.as_tensor(X_train, dtype=torch.float64)
         models = [_fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
         model: Model = models[0] if len(models) == 1 else ModelListGP(*models)
-        constraints = [_column(m + i) for i in range(k)] or None
         pending = torch.as_tensor(X_pending, dtype=torch.float64) if len(X_pending) else None
+        common: dict[str, Any] = {
+            "X_baseline": tX,
+            "constraints": [_column(m + i) for i in range(k)] or None,
+            "X_pending": pending,
+            "prune_baseline": True,
+        }
         acq: Any
         if m == 1:
-            acq = qLogNoisyExpectedImprovement(
-                model,
-                X_baseline=tX,
-                objective=GenericMCObjective(_objective0) if k else None,
-                constraints=constraints,
-                X_pending=pending,
-                prune_baseline=True,
-            )
+            first = GenericMCObjective(_objective0) if k else None
+            acq = qLogNoisyExpectedImprovement(model, objective=first, **common)
         else:
+            ref_point = _reference_point(problem, targets)
+            firsts = IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None
             acq = qLogNoisyExpectedHypervolumeImprovement(
-                model,
-                ref_point=_reference_point(problem, targets),
-                X_baseline=tX,
-                objective=IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None,
-                constraints=constraints,
-                X_pending=pending,
-                prune_baseline=True,
+                model, ref_point=ref_point, objective=firsts, **common
             )
         tbounds = torch.as_tensor(bounds, dtype=torch.float64)
+        opt: dict[str, Any] = {
+            "q": count,
+            "num_restarts": self.num_restarts,
+            "raw_samples": self.raw_samples,
+            "fixed_features": fixed or None,
+        }
         if discrete_dims or cat_dims:
+            options = {"max_discrete_values": self.max_discrete_levels}
             candidates, _ = optimize_acqf_mixed_alternating(
-                acq,
-                tbounds,
-                discrete_dims=discrete_dims,
-                cat_dims=cat_dims,
-                q=count,
-                num_restarts=self.num_restarts,
-                raw_samples=self.raw_samples,
-                options={"max_discrete_values": self.max_discrete_levels},
-                fixed_features=fixed or None,
+                acq, tbounds, discrete_dims=discrete_dims, cat_dims=cat_dims, options=options, **opt
             )
         else:
-            candidates, _ = optimize_acqf(
-                acq,
-                tbounds,
-                q=count,
-                num_restarts=self.num_restarts,
-                raw_samples=self.raw_samples,
-                sequential=True,
-                fixed_features=fixed or None,
-            )
+            candidates, _ = optimize_acqf(acq, tbounds, sequential=True, **opt)
         X_new = candidates.detach().numpy().reshape(count, problem.d)
         if not np.all(np.isfinite(X_new)):
             raise BotorchError("the acquisition optimizer returned non-finite points")
@@ -298,7 +289,8 @@ def _fit_gp(X: torch.Tensor, y: np.ndarray, cat_dims: list[int]) -> SingleTaskGP
         model = MixedSingleTaskGP(X, Y, cat_dims=cat_dims, outcome_transform=Standardize(m=1))
     else:
         model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=1))
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": _FIT_MAXITER}})
     return model
 
 
@@ -374,9 +366,8 @@ def _seeded(seed: int, python_random: bool) -> Iterator[None]:
 
 def _unfilled(d: int, count: int, reason: str) -> tuple[np.ndarray, list[JSON]]:
     """``count`` NaN rows, ``(count, d)``, to be filled with Sobol points, and their details."""
-    return np.full((count, d), np.nan), [
-        {"source": "sobol", "fallback": reason} for _ in range(count)
-    ]
+    details: list[JSON] = [{"source": "sobol", "fallback": reason} for _ in range(count)]
+    return np.full((count, d), np.nan), details
 
 
 def _replace_duplicates(
@@ -394,21 +385,23 @@ def _replace_duplicates(
     every cell is taken, duplicates remain.
     """
     space = problem.space
-    X = X.copy()
-    taken = {_key(row) for row in space.snap(np.vstack([history.X, history.X_pending]))}
+    X, rows = X.copy(), list(space.snap(np.vstack([history.X, history.X_pending])))
+    taken = {_key(row) for row in rows}
     for i in range(len(X)):
         fill = bool(np.isnan(X[i]).any())
-        if not fill and _key(X[i]) not in taken:
-            taken.add(_key(X[i]))
-            continue
-        X[i] = space.snap(sobol_points(problem, _rows(taken, space.d), 1, stream))[0]
-        if not fill:
-            details[i] = {"source": "sobol", "replaced": _REPLACED}
-        if _key(X[i]) in taken and space.d:
+        if fill or _key(X[i]) in taken:
+            X[i] = space.snap(
+                sobol_points(problem, np.array(rows).reshape(-1, space.d), 1, stream)
+            )[0]
+            if not fill:
+                details[i] = {"source": "sobol", "replaced": _REPLACED}
+        if _key(X[i]) in taken:
             free = _free_cell(space, taken, rng)
-            if free is not None:
-                X[i] = free
-                details[i] = {**details[i], "source": "uniform"}
+            if free is None:
+                details[i] = {**details[i], "duplicate": "no free value left in the space"}
+            else:
+                X[i], details[i] = free, {**details[i], "source": "uniform"}
+        rows.append(X[i])
         taken.add(_key(X[i]))
     return X
 
@@ -416,13 +409,6 @@ def _replace_duplicates(
 def _key(x: np.ndarray) -> bytes:
     """A hashable key of a snapped point ``x: (d,)`` (``+ 0.0`` turns -0.0 into 0.0)."""
     return (np.asarray(x, dtype=np.float64) + 0.0).tobytes()
-
-
-def _rows(keys: set[bytes], d: int) -> np.ndarray:
-    """The points ``(len(keys), d)`` whose ``tobytes()`` are ``keys``."""
-    if not keys:
-        return np.zeros((0, d))
-    return np.stack([np.frombuffer(key, dtype=np.float64) for key in keys]).reshape(-1, d)
 
 
 def _free_cell(
