@@ -1,0 +1,138 @@
+"""Pieces shared by the optimizers of this package: the base class, the AdamW step that Muon and
+OLion run on their non-matrix groups, and the split of a model into matrix and other parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim.optimizer import Optimizer, StateDict
+
+#: AdamW settings for the non-matrix groups of Muon and OLion (part C: lr 3e-4, betas
+#: (0.9, 0.95), eps 1e-10; no weight decay on gains and biases).
+ADAMW_DEFAULTS: dict[str, Any] = {
+    "lr": 3e-4,
+    "betas": (0.9, 0.95),
+    "eps": 1e-10,
+    "weight_decay": 0.0,
+}
+
+
+class StatefulOptimizer(Optimizer):
+    """An ``Optimizer`` whose ``load_state_dict`` copies what it loads.
+
+    ``torch.optim.Optimizer.load_state_dict`` keeps the loaded tensors when dtype and device
+    already match, so two optimizers loaded from one in-memory ``state_dict()`` would share
+    (and both update) the same momentum buffers. A PBT exploit does exactly that; this class
+    deep-copies first, so the copy is independent of its source.
+    """
+
+    def load_state_dict(self, state_dict: StateDict) -> None:
+        super().load_state_dict(copy.deepcopy(state_dict))
+
+
+def check_hparams(group: Mapping[str, Any]) -> None:
+    """Raise ValueError on a negative learning rate or weight decay, or a beta outside [0, 1)."""
+    if group.get("lr", 0.0) < 0.0:
+        raise ValueError(f"lr must be >= 0, got {group['lr']}")
+    if group.get("weight_decay", 0.0) < 0.0:
+        raise ValueError(f"weight_decay must be >= 0, got {group['weight_decay']}")
+    betas = list(group.get("betas", ()))
+    betas += [group[k] for k in ("momentum", "momentum_2") if k in group]
+    for beta in betas:
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"betas and momenta must lie in [0, 1), got {beta}")
+    if group.get("eps", 0.0) < 0.0:
+        raise ValueError(f"eps must be >= 0, got {group['eps']}")
+
+
+def dense_grad(p: Tensor) -> Tensor | None:
+    """``p.grad``, refusing sparse gradients."""
+    if p.grad is not None and p.grad.is_sparse:
+        raise RuntimeError("sparse gradients are not supported")
+    return p.grad
+
+
+def adamw_update(p: Tensor, grad: Tensor, state: dict[str, Any], group: Mapping[str, Any]) -> None:
+    """One AdamW step on ``p`` in place (decoupled weight decay, bias-corrected moments):
+
+    m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  p <- (1 - lr wd) p
+    p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+    """
+    beta1, beta2 = group["betas"]
+    lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+    if "exp_avg" not in state:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(p)
+        state["exp_avg_sq"] = torch.zeros_like(p)
+    state["step"] += 1
+    t = state["step"]
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+    v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+    denom = (v / (1.0 - beta2**t)).sqrt_().add_(eps)
+    p.mul_(1.0 - lr * wd)
+    p.addcdiv_(m, denom, value=-lr / (1.0 - beta1**t))
+
+
+def fill_adamw_group(group: dict[str, Any], adamw_defaults: Mapping[str, Any]) -> None:
+    """Give a group flagged ``adamw=True`` the AdamW settings it does not set itself."""
+    if group.get("adamw", False):
+        for key, value in adamw_defaults.items():
+            group.setdefault(key, value)
+
+
+def split_matrix_params(
+    model: nn.Module,
+    *,
+    exclude_head: bool = True,
+    exclude: Iterable[str] = (),
+    matrix_options: Mapping[str, Any] | None = None,
+    adamw_options: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Split ``model``'s trainable parameters into a matrix group and an ``adamw=True`` group.
+
+    Matrices are parameters with 2 or more dimensions (conv kernels count, flattened to
+    ``(out, rest)``), except: the weights of ``nn.Embedding``/``nn.EmbeddingBag`` modules; the
+    head, i.e. the last parameter with 2 or more dimensions in ``model.named_parameters()``
+    order (when ``exclude_head``); and any parameter whose name starts with a prefix in
+    ``exclude``. Everything else (biases, gains, embeddings, head) goes to the AdamW group, as
+    part C prescribes for Muon and OLion. Empty groups are left out. ``matrix_options`` and
+    ``adamw_options`` are copied into the respective group (e.g. ``{"lr": 1e-3}``).
+    """
+    prefixes = tuple(exclude)
+    embedding_ids = {
+        id(p)
+        for module in model.modules()
+        if isinstance(module, nn.Embedding | nn.EmbeddingBag)
+        for p in module.parameters(recurse=False)
+    }
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    candidates = [n for n, p in named if p.ndim >= 2 and id(p) not in embedding_ids]
+    head = candidates[-1] if exclude_head and candidates else None
+    matrices: list[Tensor] = []
+    others: list[Tensor] = []
+    for name, p in named:
+        is_matrix = name in candidates and name != head and not name.startswith(prefixes)
+        (matrices if is_matrix else others).append(p)
+    groups: list[dict[str, Any]] = []
+    if matrices:
+        groups.append({"params": matrices, **dict(matrix_options or {})})
+    if others:
+        groups.append({"params": others, **dict(adamw_options or {}), "adamw": True})
+    return groups
+
+
+def fw_gap_term(inner: Tensor, dual_norm: Tensor, radius_scale: float, wd: float) -> float:
+    """One parameter's share of the Frank-Wolfe gap over the ball of radius ``radius_scale/wd``:
+    ``<grad, x> + (radius_scale / wd) * ||grad||_dual``; ``inf`` when ``wd == 0`` and the
+    gradient is not zero (the ball is then unbounded)."""
+    dual = float(dual_norm)
+    if wd == 0.0:
+        return math.inf if dual > 0.0 else float(inner)
+    return float(inner) + radius_scale / wd * dual
