@@ -27,8 +27,8 @@ References:
         nonconvex landscapes. ICML 2019.
     [Liu2026adagrad] Z. Liu. Convergence of AdaGrad under heavy-tailed noise. arXiv 2605.18694,
         ICML 2026.
-    [Chezhegov2024clipada] S. Chezhegov et al. Gradient clipping improves AdaGrad when the noise
-        is heavy-tailed. arXiv 2406.04443, 2024.
+    [Chezhegov2024clipada] S. Chezhegov et al. Gradient Clipping Improves AdaGrad when the
+        Noise Is Heavy-Tailed. 2024.
 """
 
 from __future__ import annotations

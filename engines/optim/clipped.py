@@ -27,8 +27,8 @@ References:
         justification for adaptivity. ICLR 2020.
     [Cutkosky2021hightail] A. Cutkosky, H. Mehta. High-probability bounds for non-convex
         stochastic optimization with heavy tails. NeurIPS 2021.
-    [Hubler2025nsgd] F. Huebler, I. Fatkhullin, N. He. From gradient clipping to normalization
-        for heavy tailed SGD. arXiv 2410.16561, JMLR 2025.
+    [Hubler2025nsgd] Clipping and normalization for heavy-tailed SGD. arXiv 2410.16561,
+        JMLR 2025 (authors and title not checked here).
 """
 
 from __future__ import annotations

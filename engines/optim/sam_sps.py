@@ -33,8 +33,8 @@ gamma = 0. BatchNorm statistics are updated by both passes; the step size depend
 scale (mean vs sum reduction) and label smoothing makes f_star > 0.
 
 References:
-    [Oikonomou2026samsps] D. Oikonomou, N. Loizou. Sharpness-aware minimization with stochastic
-        Polyak step sizes. arXiv 2606.01827, ICML 2026.
+    [Oikonomou2026samsps] D. Oikonomou, N. Loizou. Polyak step sizes for SAM-style updates.
+        arXiv 2606.01827, ICML 2026 (title paraphrased from the abstract).
     [Foret2021sam] P. Foret et al. Sharpness-aware minimization for efficiently improving
         generalization. ICLR 2021.
     [Loizou2021sps] N. Loizou et al. Stochastic Polyak step-size for SGD: an adaptive learning

@@ -36,8 +36,9 @@ References:
     [Shi2023distshampoo] H.-J. M. Shi et al. A distributed data-parallel PyTorch implementation
         of the distributed Shampoo optimizer for training neural networks at-scale. arXiv
         2309.06497, 2023 (the AlgoPerf external-tuning winner).
-    [Li2026shampoo] Li, Dong, Lin. Unified analysis of one-sided and two-sided Shampoo.
-        arXiv 2601.07326, ICML 2026.
+    [Li2026shampoo] Li, Dong, Lin. Convergence of AdamW-style Shampoo, unifying one-sided and
+        two-sided preconditioning. arXiv 2601.07326, ICML 2026 (title paraphrased from the
+        abstract).
 """
 
 from __future__ import annotations
