@@ -23,7 +23,13 @@ Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities are refused in configs; bodies that carry results accept them so
+    # that the server can answer with its own message (tell the trial as failed).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class _Results(_Request):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
 
 
 # --- search space -------------------------------------------------------------------------
@@ -171,7 +177,7 @@ class AskResponse(BaseModel):
     retry_after: float | None = None
 
 
-class TellRequest(_Request):
+class TellRequest(_Results):
     """Finish a trial: ``values`` for every objective (and ``constraints`` for every declared
     constraint) when ``state`` is ``completed``; a ``reason`` otherwise."""
 
@@ -182,7 +188,7 @@ class TellRequest(_Request):
     metadata: dict[str, Any] | None = None
 
 
-class ReportRequest(_Request):
+class ReportRequest(_Results):
     step: int = Field(ge=0)
     values: dict[str, float]
     checkpoint: Annotated[str, Field(max_length=4096)] | None = None
@@ -199,7 +205,7 @@ class HeartbeatRequest(_Request):
     lease_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
 
 
-class TrialCreate(_Request):
+class TrialCreate(_Results):
     """Enqueue a user-chosen point; with ``values`` it is stored as completed (a warm start)."""
 
     params: dict[str, ParamValue]
@@ -227,7 +233,7 @@ class BestPublic(BaseModel):
 # --- export and import --------------------------------------------------------------------
 
 
-class TrialExport(_Request):
+class TrialExport(_Results):
     number: int = Field(ge=0)
     state: TrialState
     params: dict[str, ParamValue]
