@@ -1,6 +1,6 @@
 """The ``asktell`` command: run the server, migrate the database, inspect studies.
 
-    asktell serve [--host H] [--port P] [--workers N]
+    asktell serve [--host H] [--port P] [--workers N] [--access-log]
     asktell db upgrade
     asktell studies list | show ID | export ID [--format json|csv] | import FILE [--name N]
     asktell trials list STUDY_ID [--state S]
@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--access-log", action="store_true", help="log every request (off: it costs throughput)"
+    )
 
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade", "current"])
@@ -51,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return _serve(args.host, args.port, args.workers)
+        return _serve(args.host, args.port, args.workers, args.access_log)
     if args.command == "db":
         return _db(args.action)
     return _remote(args)
 
 
-def _serve(host: str, port: int, workers: int) -> int:
+def _serve(host: str, port: int, workers: int, access_log: bool) -> int:
     import uvicorn
 
     from service.app import open_database
@@ -69,7 +72,14 @@ def _serve(host: str, port: int, workers: int) -> int:
     except RuntimeError as exc:
         print(f"asktell: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run("service.main:app", host=host, port=port, workers=workers, log_level="info")
+    uvicorn.run(
+        "service.main:app",
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        access_log=access_log,
+    )
     return 0
 
 

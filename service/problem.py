@@ -105,6 +105,9 @@ class SpecCache:
         self._specs: dict[int, StudySpec] = {}
         self._lock = threading.Lock()
 
+    def peek(self, study_id: int) -> StudySpec | None:
+        return self._specs.get(study_id)
+
     def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> StudySpec:
         spec = self._specs.get(study_id)
         if spec is None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import func, select, text, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -19,7 +19,7 @@ from client.models import MeasurementPublic, StudyConfig, StudyPublic, TrialPubl
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
 from service.errors import conflict, not_found
-from service.idempotency import IdemKey, Stored, remember, replay
+from service.idempotency import IdemKey, Stored, claim, complete, replay
 from service.problem import SpecCache, StudySpec
 
 studies_t = Study.__table__
@@ -50,6 +50,10 @@ class Store:
     def spec(self, conn: Connection, study_id: int) -> StudySpec:
         return self.specs.get(study_id, lambda: _load_config(conn, study_id))
 
+    def spec_for(self, study_id: int) -> StudySpec:
+        """The parsed config, from the cache or, on a miss, from a read transaction."""
+        return self.specs.peek(study_id) or self.db.read(lambda c: self.spec(c, study_id))
+
     def write(
         self,
         tenant_id: int,
@@ -59,21 +63,14 @@ class Store:
         """Run ``fn`` in a write transaction, honouring the idempotency key."""
 
         def run(conn: Connection) -> Written:
-            if idem is not None:
-                if not self.db.is_sqlite:
-                    # Requests with one key wait for each other, so a repeat sees the stored
-                    # answer instead of the change the first made (SQLite writers wait anyway).
-                    conn.execute(
-                        text("SELECT pg_advisory_xact_lock(:tenant, hashtext(:key))"),
-                        {"tenant": tenant_id, "key": idem.key},
-                    )
-                stored = replay(conn, tenant_id, idem)
-                if stored is not None:
-                    return stored
+            # The key is claimed first: a repeat of a committed request fails here on the
+            # unique key, and a concurrent repeat waits on it (PostgreSQL) or on the write
+            # lock (SQLite) until the first commits; both then replay the stored answer.
+            key_id = claim(conn, tenant_id, idem, utcnow()) if idem is not None else None
             status, model = fn(conn)
             written = Written(status, model.model_dump_json())
-            if idem is not None:
-                remember(conn, tenant_id, idem, written, utcnow())
+            if key_id is not None:
+                complete(conn, key_id, written)
             return written
 
         try:
@@ -112,12 +109,15 @@ def get_study_row(conn: Connection, tenant_id: int, study_id: int, lock: bool = 
     return row
 
 
+_BUMP_REVISION = (
+    update(studies_t)
+    .where(studies_t.c.id == bindparam("study_id"))
+    .values(revision=studies_t.c.revision + 1, updated_at=bindparam("now"))
+)
+
+
 def bump_revision(conn: Connection, study_id: int, now: datetime) -> None:
-    conn.execute(
-        update(studies_t)
-        .where(studies_t.c.id == study_id)
-        .values(revision=studies_t.c.revision + 1, updated_at=now)
-    )
+    conn.execute(_BUMP_REVISION, {"study_id": study_id, "now": now})
 
 
 def trial_public(row: Row) -> TrialPublic:

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, case, delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Row
 
 from client.models import (
@@ -63,125 +63,142 @@ _ASK_ATTEMPTS = 12
 #: Advisory lock class of "one ask at a time per study" on PostgreSQL.
 _ASK_LOCK = 7001
 
+# The hot statements are built once; SQLAlchemy then reuses their compiled form.
+_STUDY_FOR_ASK = select(
+    studies_t.c.id,
+    studies_t.c.state,
+    studies_t.c.seed,
+    studies_t.c.engine_state,
+    studies_t.c.engine_state_version,
+    studies_t.c.revision,
+    studies_t.c.next_trial_number,
+).where(
+    studies_t.c.id == bindparam("study_id"),
+    studies_t.c.tenant_id == bindparam("tenant_id"),
+    studies_t.c.deleted_at.is_(None),
+)
+_OPEN_TRIALS = select(
+    trials_t.c.id,
+    trials_t.c.number,
+    trials_t.c.state,
+    trials_t.c.worker_id,
+    trials_t.c.lease_expires_at,
+    trials_t.c.retries,
+    trials_t.c.x,
+).where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES))
+
 
 class _VersionMoved(Exception):
     """The engine state changed between snapshot and commit; take a new snapshot."""
 
 
 @dataclass(frozen=True)
-class _Snapshot:
-    spec: StudySpec
-    version: int
-    state: dict[str, Any]
-    seed: int
+class _Plan:
+    """Who gets what, from the study's unfinished trials: the asking worker's own running
+    trials within their lease, then queued (enqueued or stale) ones, then ``need`` new ones."""
+
+    expired: list[Row]
+    handed: list[Row]
     need: int
-    history: History | None
-    #: Running trials whose lease has expired: the lease policy runs before the engine.
-    expired: int
+    X_pending: np.ndarray
 
 
-def ask(
-    store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
-) -> Written:
-    with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
-        for attempt in range(_ASK_ATTEMPTS):
-            snap = store.db.read(lambda c: _snapshot(store, c, tenant_id, study_id, req))
-            if snap.expired:
-                store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
-                continue
-            proposal = _propose(snap) if snap.need > 0 else None
-
-            def commit(c: Connection, snap: _Snapshot = snap, proposal: Proposal | None = proposal):
-                return _commit_ask(store, c, tenant_id, study_id, req, snap, proposal)
-
-            try:
-                return store.write(tenant_id, idem, commit)
-            except _VersionMoved:
-                # Another process asked in between (SQLite served by several processes).
-                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
-                continue
-    raise unavailable("the study is busy with concurrent asks; retry the request")
+def _plan(open_rows: list[Row], req: AskRequest, now: datetime, d: int) -> _Plan:
+    by_number = sorted(open_rows, key=lambda r: r.number)
+    expired = [r for r in by_number if r.state == "running" and r.lease_expires_at < now]
+    held = (
+        [
+            r
+            for r in by_number
+            if r.state == "running" and r.worker_id == req.worker_id and r.lease_expires_at >= now
+        ]
+        if req.worker_id is not None
+        else []
+    )
+    queued = [r for r in by_number if r.state in ("waiting", "stale")]
+    handed = (held + queued)[: req.count]
+    return _Plan(expired, handed, req.count - len(handed), _stack([r.x for r in by_number], d))
 
 
 def _lease_until(spec: StudySpec, req: AskRequest | HeartbeatRequest, now: datetime) -> datetime:
     return now + timedelta(seconds=req.lease_seconds or spec.config.lease_seconds)
 
 
-def _check_active(row: Row) -> None:
+def _load_study(conn: Connection, tenant_id: int, study_id: int, lock: bool) -> Row:
+    query = _STUDY_FOR_ASK.with_for_update() if lock else _STUDY_FOR_ASK
+    row = conn.execute(query, {"study_id": study_id, "tenant_id": tenant_id}).first()
+    if row is None:
+        raise not_found(f"study {study_id}")
     if row.state != "active":
         raise conflict(
             "study_not_active",
-            f"study {row.id} is {row.state}; set its state to active to ask for trials",
+            f"study {study_id} is {row.state}; set its state to active to ask for trials",
             state=row.state,
         )
+    return row
 
 
-def _held_query(study_id: int, worker_id: str, now: datetime) -> Any:
-    return (
-        select(trials_t)
-        .where(
-            trials_t.c.study_id == study_id,
-            trials_t.c.state == "running",
-            trials_t.c.worker_id == worker_id,
-            trials_t.c.lease_expires_at >= now,
+def ask(
+    store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
+) -> Written:
+    """Hand out ``req.count`` trials; see the module docstring for how."""
+    spec = store.spec_for(study_id)
+    if not spec.engine.uses_observations:
+        # An engine that reads no observations (random) is cheap: it runs inside the one
+        # write transaction, under the study row lock.
+        return store.write(
+            tenant_id, idem, lambda c: _commit_ask(store, c, tenant_id, study_id, req, spec)
         )
-        .order_by(trials_t.c.number)
-    )
+    with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
+        for attempt in range(_ASK_ATTEMPTS):
+            snap = store.db.read(lambda c: _snapshot(c, tenant_id, study_id, req, spec))
+            if snap is None:  # leases expired: apply the policy first, then look again
+                store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
+                continue
+            version, proposal = snap
+
+            def commit(
+                c: Connection, version: int = version, proposal: Proposal | None = proposal
+            ) -> tuple[int, AskResponse]:
+                return _commit_ask(store, c, tenant_id, study_id, req, spec, version, proposal)
+
+            try:
+                return store.write(tenant_id, idem, commit)
+            except _VersionMoved:
+                # Another process asked in between (SQLite served by several processes).
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
+    raise unavailable("the study is busy with concurrent asks; retry the request")
 
 
 def _snapshot(
-    store: Store, conn: Connection, tenant_id: int, study_id: int, req: AskRequest
-) -> _Snapshot:
-    row = get_study_row(conn, tenant_id, study_id)
-    _check_active(row)
-    spec = store.spec(conn, study_id)
-    now = utcnow()
-    available = 0
-    if req.worker_id is not None:
-        held = (
-            _held_query(study_id, req.worker_id, now).with_only_columns(func.count()).order_by(None)
-        )
-        available += conn.execute(held).scalar_one()
-    counts = dict(
-        conn.execute(
-            select(trials_t.c.state, func.count())
-            .where(
-                trials_t.c.study_id == study_id,
-                or_(
-                    trials_t.c.state.in_(("waiting", "stale")),
-                    and_(trials_t.c.state == "running", trials_t.c.lease_expires_at < now),
-                ),
-            )
-            .group_by(trials_t.c.state)
-        ).all()
+    conn: Connection, tenant_id: int, study_id: int, req: AskRequest, spec: StudySpec
+) -> tuple[int, Proposal | None] | None:
+    """Read the study and its trials (no write lock) and run the engine for what is missing.
+
+    Returns the engine state version the proposal was made from, or ``None`` when leases
+    have expired and the lease policy must run first."""
+    row = _load_study(conn, tenant_id, study_id, lock=False)
+    plan = _plan(
+        conn.execute(_OPEN_TRIALS, {"study_id": study_id}).all(), req, utcnow(), spec.problem.d
     )
-    expired = counts.pop("running", 0)
-    need = max(0, req.count - available - sum(counts.values()))
-    history = None
-    if need and not expired:
-        history = load_history(conn, study_id, spec, spec.engine.uses_observations)
-    return _Snapshot(
-        spec, row.engine_state_version, row.engine_state, row.seed, need, history, expired
-    )
+    if plan.expired:
+        return None
+    if plan.need == 0:
+        return row.engine_state_version, None
+    history = load_history(conn, study_id, spec, plan.X_pending)
+    return row.engine_state_version, _suggest(spec, row, history, plan.need)
 
 
-def load_history(conn: Connection, study_id: int, spec: StudySpec, observations: bool) -> History:
-    """The study's trials as engine arrays; completed ones only when ``observations``."""
-    d = spec.problem.d
-    pending = conn.execute(
-        select(trials_t.c.x).where(
-            trials_t.c.study_id == study_id, trials_t.c.state.in_(PENDING_STATES)
-        )
-    ).scalars()
-    X_pending = _stack(list(pending), d)
-    if not observations:
-        m, k = spec.problem.n_objectives, spec.problem.n_constraints
-        return History(np.zeros((0, d)), np.zeros((0, m)), np.zeros((0, k)), X_pending)
+def load_history(
+    conn: Connection, study_id: int, spec: StudySpec, X_pending: np.ndarray
+) -> History:
+    """The completed trials as engine arrays, with ``X_pending`` as given."""
     rows = conn.execute(
         select(trials_t.c.x, trials_t.c.values, trials_t.c.constraints)
         .where(trials_t.c.study_id == study_id, trials_t.c.state == "completed")
         .order_by(trials_t.c.number)
     ).all()
+    d = spec.problem.d
     X = _stack([r.x for r in rows], d)
     Y = (
         np.array(
@@ -201,20 +218,18 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
 
 
-def _propose(snap: _Snapshot) -> Proposal:
-    spec = snap.spec
-    assert snap.history is not None
-    rng = np.random.default_rng([snap.seed, snap.version])
+def _suggest(spec: StudySpec, study: Row, history: History, need: int) -> Proposal:
+    rng = np.random.default_rng([study.seed, study.engine_state_version])
     try:
-        proposal = spec.engine.suggest(spec.problem, snap.history, snap.need, snap.state, rng)
+        proposal = spec.engine.suggest(spec.problem, history, need, study.engine_state, rng)
     except EngineRetryable as exc:
         raise unavailable(f"the engine could not propose now: {exc}") from exc
     except EngineError as exc:
         raise invalid("engine_unsupported", str(exc)) from exc
-    if proposal.X.shape != (snap.need, spec.problem.d):
+    if proposal.X.shape != (need, spec.problem.d):
         raise RuntimeError(
             f"engine {spec.engine.name} returned {proposal.X.shape}, "
-            f"expected {(snap.need, spec.problem.d)}"
+            f"expected {(need, spec.problem.d)}"
         )
     return proposal
 
@@ -225,35 +240,29 @@ def _commit_ask(
     tenant_id: int,
     study_id: int,
     req: AskRequest,
-    snap: _Snapshot,
-    proposal: Proposal | None,
+    spec: StudySpec,
+    version: int | None = None,
+    proposal: Proposal | None = None,
 ) -> tuple[int, AskResponse]:
-    row = get_study_row(conn, tenant_id, study_id, lock=True)
-    _check_active(row)
-    if row.engine_state_version != snap.version:
+    """The write transaction of an ask. With ``version`` (model-based engines), the proposal
+    was made outside; without it, the engine runs here."""
+    row = _load_study(conn, tenant_id, study_id, lock=True)
+    if version is not None and row.engine_state_version != version:
         raise _VersionMoved
-    spec = store.spec(conn, study_id)
     now = utcnow()
+    plan = _plan(conn.execute(_OPEN_TRIALS, {"study_id": study_id}).all(), req, now, spec.problem.d)
+    if plan.expired:
+        expire_leases(store, conn, now, study_id)
+        plan = _plan(
+            conn.execute(_OPEN_TRIALS, {"study_id": study_id}).all(), req, now, spec.problem.d
+        )
     lease_until = _lease_until(spec, req, now)
-    expire_leases(store, conn, now, study_id)
-
-    handed: list[int] = []
-    if req.worker_id is not None:
-        held = conn.execute(_held_query(study_id, req.worker_id, now).limit(req.count)).all()
-        handed += [r.id for r in held]
-    if len(handed) < req.count:
-        queued = conn.execute(
-            select(trials_t.c.id)
-            .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(("waiting", "stale")))
-            .order_by(trials_t.c.number)
-            .limit(req.count - len(handed))
-        ).scalars()
-        handed += list(queued)
     trials: list[TrialPublic] = []
-    if handed:
+    if plan.handed:
+        ids = [r.id for r in plan.handed]
         conn.execute(
             update(trials_t)
-            .where(trials_t.c.id.in_(handed))
+            .where(trials_t.c.id.in_(ids))
             .values(
                 retries=trials_t.c.retries + case((trials_t.c.state == "stale", 1), else_=0),
                 state="running",
@@ -263,19 +272,26 @@ def _commit_ask(
             )
         )
         rows = conn.execute(
-            select(trials_t).where(trials_t.c.id.in_(handed)).order_by(trials_t.c.number)
+            select(trials_t).where(trials_t.c.id.in_(ids)).order_by(trials_t.c.number)
         )
         trials += [trial_public(r) for r in rows]
 
-    need = req.count - len(trials)
-    values: dict[str, Any] = {"revision": row.revision + 1, "updated_at": now}
-    if need > 0:
-        if proposal is None or len(proposal.X) < need:
+    if plan.need > 0:
+        if version is None:
+            history = History(
+                np.zeros((0, spec.problem.d)),
+                np.zeros((0, spec.problem.n_objectives)),
+                np.zeros((0, spec.problem.n_constraints)),
+                plan.X_pending,
+            )
+            proposal = _suggest(spec, row, history, plan.need)
+        elif proposal is None or len(proposal.X) < plan.need:
             raise _VersionMoved
+        assert proposal is not None
         new = [
             _new_trial(spec, study_id, row.next_trial_number + i, x, detail, now)
             for i, (x, detail) in enumerate(
-                zip(proposal.X[:need], _details(proposal, need), strict=True)
+                zip(proposal.X[: plan.need], _details(proposal, plan.need), strict=True)
             )
         ]
         for t in new:
@@ -285,15 +301,35 @@ def _commit_ask(
                 lease_expires_at=lease_until,
                 started_at=now,
             )
-        conn.execute(insert(trials_t), new)
+        conn.execute(_INSERT_TRIAL, new)
         trials += [_public_from_values(t) for t in new]
-        values.update(
-            next_trial_number=row.next_trial_number + need,
-            engine_state=proposal.state,
-            engine_state_version=row.engine_state_version + 1,
+        conn.execute(
+            _STUDY_AFTER_PROPOSAL,
+            {
+                "study_id": study_id,
+                "now": now,
+                "next_number": row.next_trial_number + plan.need,
+                "engine_state": proposal.state,
+                "version": row.engine_state_version + 1,
+            },
         )
-    conn.execute(_study_update(study_id, values))
+    else:
+        bump_revision(conn, study_id, now)
     return 200, AskResponse(trials=trials)
+
+
+_INSERT_TRIAL = insert(trials_t)
+_STUDY_AFTER_PROPOSAL = (
+    update(studies_t)
+    .where(studies_t.c.id == bindparam("study_id"))
+    .values(
+        revision=studies_t.c.revision + 1,
+        updated_at=bindparam("now"),
+        next_trial_number=bindparam("next_number"),
+        engine_state=bindparam("engine_state", type_=studies_t.c.engine_state.type),
+        engine_state_version=bindparam("version"),
+    )
+)
 
 
 def _study_update(study_id: int, values: dict[str, Any]) -> Any:
@@ -375,13 +411,47 @@ def expire_leases(
 # --- tell, report, heartbeat --------------------------------------------------------------
 
 
-def _trial_for_update(conn: Connection, study_id: int, number: int) -> Row:
+_TRIAL_FOR_UPDATE = (
+    select(trials_t)
+    .join(studies_t, studies_t.c.id == trials_t.c.study_id)
+    .where(
+        studies_t.c.id == bindparam("study_id"),
+        studies_t.c.tenant_id == bindparam("tenant_id"),
+        studies_t.c.deleted_at.is_(None),
+        trials_t.c.number == bindparam("number"),
+    )
+    .with_for_update(of=trials_t)
+)
+
+
+_FINISH_TRIAL = (
+    update(trials_t)
+    .where(trials_t.c.id == bindparam("trial_id"))
+    .values(
+        state=bindparam("state"),
+        reason=bindparam("reason"),
+        lease_expires_at=None,
+        completed_at=bindparam("completed_at"),
+        values=bindparam("values", type_=trials_t.c["values"].type),
+        constraints=bindparam("constraints", type_=trials_t.c.constraints.type),
+        feasible=bindparam("feasible"),
+        metadata=bindparam("metadata", type_=trials_t.c.metadata.type),
+    )
+    .returning(*trials_t.c)
+)
+
+
+def _trial_for_update(conn: Connection, tenant_id: int, study_id: int, number: int) -> Row:
+    """The trial, locked for update, of a live study of the tenant.
+
+    Raises:
+        ApiError: 404 ``not_found`` for the study, ``trial_not_found`` for the trial.
+    """
     row = conn.execute(
-        select(trials_t)
-        .where(trials_t.c.study_id == study_id, trials_t.c.number == number)
-        .with_for_update()
+        _TRIAL_FOR_UPDATE, {"study_id": study_id, "tenant_id": tenant_id, "number": number}
     ).first()
     if row is None:
+        get_study_row(conn, tenant_id, study_id)
         raise ApiError(404, "trial_not_found", f"study {study_id} has no trial {number}")
     return row
 
@@ -432,25 +502,25 @@ def tell(
     store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
 ) -> Written:
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
-        get_study_row(conn, tenant_id, study_id)
+        trial = _trial_for_update(conn, tenant_id, study_id, number)
         spec = store.spec(conn, study_id)
-        trial = _trial_for_update(conn, study_id, number)
         _check_unfinished(trial)
         now = utcnow()
         change: dict[str, Any] = {
+            "trial_id": trial.id,
             "state": req.state,
             "reason": req.reason,
-            "lease_expires_at": None,
             "completed_at": now,
+            "values": None,
+            "constraints": None,
+            "feasible": None,
+            "metadata": {**trial.metadata, **req.metadata} if req.metadata else trial.metadata,
         }
         if req.state == "completed":
             vals, cons, feasible = validate_results(spec, req.values, req.constraints)
             change.update(values=vals, constraints=cons or None, feasible=feasible)
-        if req.metadata:
-            change["metadata"] = {**trial.metadata, **req.metadata}
-        conn.execute(update(trials_t).where(trials_t.c.id == trial.id).values(**change))
+        updated = conn.execute(_FINISH_TRIAL, change).one()
         bump_revision(conn, study_id, now)
-        updated = conn.execute(select(trials_t).where(trials_t.c.id == trial.id)).one()
         return 200, trial_public(updated)
 
     return store.write(tenant_id, idem, fn)
@@ -467,9 +537,8 @@ def report(
     """Store an intermediate measurement (replacing one at the same step) and extend the lease."""
 
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
-        get_study_row(conn, tenant_id, study_id)
+        trial = _trial_for_update(conn, tenant_id, study_id, number)
         spec = store.spec(conn, study_id)
-        trial = _trial_for_update(conn, study_id, number)
         _check_unfinished(trial)
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
         if bad:
@@ -513,9 +582,8 @@ def heartbeat(
     """Extend a running trial's lease. A ``stale`` trial not yet re-served is taken back."""
 
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
-        get_study_row(conn, tenant_id, study_id)
+        trial = _trial_for_update(conn, tenant_id, study_id, number)
         spec = store.spec(conn, study_id)
-        trial = _trial_for_update(conn, study_id, number)
         _check_unfinished(trial)
         if trial.state == "waiting":
             raise conflict(
