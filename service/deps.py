@@ -12,11 +12,13 @@ from service.idempotency import IdemKey
 from service.store import Store
 
 
-def get_store(request: Request) -> Store:
+# Dependencies that do no I/O are async so that FastAPI runs them in the event loop instead of
+# sending each to the thread pool.
+async def get_store(request: Request) -> Store:
     return request.app.state.store
 
 
-def get_tenant() -> int:
+async def get_tenant() -> int:
     # One tenant until API keys land; every table already carries tenant ids.
     return DEFAULT_TENANT_ID
 
