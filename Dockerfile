@@ -15,7 +15,7 @@ WORKDIR /src
 # own layer, so code changes do not download it again. `.[server]` then finds ==2.13.0 satisfied.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
-# Only what the package needs (README.md* matches nothing when there is no README yet).
+# Only what the package needs.
 COPY pyproject.toml README.md* ./
 COPY client ./client
 COPY engines ./engines
