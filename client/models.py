@@ -7,10 +7,11 @@ with ``next_cursor``.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 CategoryValue = str | bool | int | float
 ParamValue = CategoryValue
@@ -20,6 +21,26 @@ TrialState = Literal["waiting", "running", "stale", "completed", "failed", "infe
 FINISHED_STATES: tuple[TrialState, ...] = ("completed", "failed", "infeasible")
 
 Name = Annotated[str, Field(min_length=1, max_length=256)]
+#: Bounded like the database columns that store them (PostgreSQL integer and bigint).
+Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Int64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
+def _finite_json(value: Any) -> Any:
+    """Reject NaN and infinities anywhere in free-form JSON (metadata, options): JSON has no
+    such numbers and PostgreSQL refuses to store them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and infinite numbers are not valid JSON")
+    if isinstance(value, dict):
+        for item in value.values():
+            _finite_json(item)
+    elif isinstance(value, list):
+        for item in value:
+            _finite_json(item)
+    return value
+
+
+JsonDict = Annotated[dict[str, Any], AfterValidator(_finite_json)]
 
 
 class _Request(BaseModel):
@@ -89,7 +110,7 @@ class OutcomeConstraint(_Request):
 
 class EngineSpec(_Request):
     name: str = "random"
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: JsonDict = Field(default_factory=dict)
 
 
 # --- studies ------------------------------------------------------------------------------
@@ -113,12 +134,12 @@ class StudyConfig(_Request):
 
 class StudyCreate(StudyConfig):
     name: Name
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonDict = Field(default_factory=dict)
 
 
 class StudyUpdate(_Request):
     state: StudyState | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonDict | None = None
 
 
 class TrialPublic(BaseModel):
@@ -185,11 +206,11 @@ class TellRequest(_Results):
     values: dict[str, float] | None = None
     constraints: dict[str, float] = Field(default_factory=dict)
     reason: Annotated[str, Field(max_length=4096)] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonDict | None = None
 
 
 class ReportRequest(_Results):
-    step: int = Field(ge=0)
+    step: Int64
     values: dict[str, float]
     checkpoint: Annotated[str, Field(max_length=4096)] | None = None
 
@@ -203,6 +224,8 @@ class MeasurementPublic(BaseModel):
 
 class HeartbeatRequest(_Request):
     lease_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+    #: The worker that holds the trial; a trial re-served to another worker answers 409.
+    worker_id: Annotated[str, Field(max_length=256)] | None = None
 
 
 class TrialCreate(_Results):
@@ -211,7 +234,7 @@ class TrialCreate(_Results):
     params: dict[str, ParamValue]
     values: dict[str, float] | None = None
     constraints: dict[str, float] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonDict = Field(default_factory=dict)
 
 
 class TrialsPage(BaseModel):
@@ -234,15 +257,15 @@ class BestPublic(BaseModel):
 
 
 class TrialExport(_Results):
-    number: int = Field(ge=0)
+    number: Int32
     state: TrialState
     params: dict[str, ParamValue]
     values: dict[str, float] | None = None
     constraints: dict[str, float] | None = None
     reason: str | None = None
-    retries: int = 0
-    details: dict[str, Any] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    retries: Int32 = 0
+    details: JsonDict = Field(default_factory=dict)
+    metadata: JsonDict = Field(default_factory=dict)
     measurements: list[ReportRequest] = Field(default_factory=list)
     created_at: datetime | None = None
     started_at: datetime | None = None
@@ -253,6 +276,10 @@ class StudyExport(_Request):
     format: Literal["asktell.study/v1"] = "asktell.study/v1"
     study: StudyCreate
     trials: list[TrialExport]
+    #: The engine's state, so that an imported study continues where the original was (the
+    #: random engine does not repeat its points).
+    engine_state: JsonDict = Field(default_factory=dict)
+    engine_state_version: Int32 = 0
 
 
 # --- errors -------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ class SearchSpace:
 
 def _check_param(p: Param) -> None:
     if isinstance(p, FloatParam | IntParam):
-        if not (math.isfinite(p.low) and math.isfinite(p.high)):
+        if not (math.isfinite(p.low) and math.isfinite(p.high) and math.isfinite(p.high - p.low)):
             raise SpaceError(f"parameter {p.name!r}: bounds must be finite numbers")
         if p.low >= p.high:
             raise SpaceError(

@@ -32,7 +32,8 @@ async def get_idempotency_key(
     if not idempotency_key.strip():
         raise invalid("invalid_idempotency_key", "the Idempotency-Key header is empty")
     body = await request.body()
-    return IdemKey.build(idempotency_key, request.method, request.url.path, body)
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return IdemKey.build(idempotency_key, request.method, target, body)
 
 
 StoreDep = Annotated[Store, Depends(get_store)]

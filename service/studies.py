@@ -24,7 +24,7 @@ from client.models import (
 )
 from engines.errors import EngineOptionsError, SpaceError
 from engines.metrics import hypervolume, non_dominated
-from service.errors import conflict, invalid
+from service.errors import ApiError, conflict, invalid
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
 from service.store import (
@@ -125,7 +125,14 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
         study_id = _insert_study(conn, tenant_id, body)
         return 201, _public(store, conn, get_study_row(conn, tenant_id, study_id))
 
-    return store.write(tenant_id, idem, fn)
+    try:
+        return store.write(tenant_id, idem, fn)
+    except ApiError as exc:
+        if exc.code != "conflict":
+            raise
+        # Another request created the same name at the same moment (the unique index said
+        # so): this time the study is found and returned.
+        return store.write(tenant_id, idem, fn)
 
 
 def _public(store: Store, conn: Connection, row: Row) -> StudyPublic:
@@ -254,6 +261,8 @@ def export_study(store: Store, tenant_id: int, study_id: int) -> StudyExport:
         )
         return StudyExport(
             study=study,
+            engine_state=row.engine_state,
+            engine_state_version=row.engine_state_version,
             trials=[
                 TrialExport(
                     number=t.number,
@@ -320,11 +329,19 @@ def import_study(
         ApiError: 409 ``study_exists`` when a live study has the name; 422 when a trial does
             not fit the study (bad parameters or results, repeated numbers).
     """
-    study = body.study.model_copy(update={"name": name}) if name else body.study
+    study = (
+        StudyCreate.model_validate({**body.study.model_dump(), "name": name})
+        if name
+        else body.study
+    )
     spec = validate_config(study)
     numbers = [t.number for t in body.trials]
     if len(set(numbers)) != len(numbers):
         raise invalid("invalid_import", "trial numbers in the export are not unique")
+    for t in body.trials:
+        steps = [m.step for m in t.measurements]
+        if len(set(steps)) != len(steps):
+            raise invalid("invalid_import", f"trial {t.number} repeats a measurement step")
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         if _find_live(conn, tenant_id, study.name) is not None:
@@ -339,7 +356,12 @@ def import_study(
         conn.execute(
             update(studies_t)
             .where(studies_t.c.id == study_id)
-            .values(next_trial_number=max(numbers, default=-1) + 1, revision=1)
+            .values(
+                next_trial_number=max(numbers, default=-1) + 1,
+                revision=1,
+                engine_state=body.engine_state,
+                engine_state_version=body.engine_state_version,
+            )
         )
         return 201, _public(store, conn, get_study_row(conn, tenant_id, study_id))
 

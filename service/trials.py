@@ -43,7 +43,7 @@ from client.models import (
 from engines.base import History, Proposal
 from engines.errors import EngineError, EngineRetryable, SpaceError
 from service.errors import ApiError, conflict, invalid, not_found, unavailable
-from service.idempotency import IdemKey
+from service.idempotency import IdemKey, replay
 from service.problem import StudySpec
 from service.store import (
     Store,
@@ -124,6 +124,15 @@ def _lease_until(spec: StudySpec, req: AskRequest | HeartbeatRequest, now: datet
     return now + timedelta(seconds=req.lease_seconds or spec.config.lease_seconds)
 
 
+def _extended_lease(trial: Row, spec: StudySpec, req: HeartbeatRequest, now: datetime) -> datetime:
+    """An explicit ``lease_seconds`` sets the lease; otherwise it is extended by the study's
+    default and never shortened (a trial asked with a long lease keeps it)."""
+    new = _lease_until(spec, req, now)
+    if req.lease_seconds is None and trial.lease_expires_at is not None:
+        return max(new, trial.lease_expires_at)
+    return new
+
+
 def _load_study(conn: Connection, tenant_id: int, study_id: int, lock: bool) -> Row:
     query = _STUDY_FOR_ASK.with_for_update() if lock else _STUDY_FOR_ASK
     row = conn.execute(query, {"study_id": study_id, "tenant_id": tenant_id}).first()
@@ -149,13 +158,21 @@ def ask(
         return store.write(
             tenant_id, idem, lambda c: _commit_ask(store, c, tenant_id, study_id, req, spec)
         )
+    if idem is not None:
+        # A repeated request must not pay for the engine again.
+        stored = store.db.read(lambda c: replay(c, tenant_id, idem))
+        if stored is not None:
+            return stored
     with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
         for attempt in range(_ASK_ATTEMPTS):
             snap = store.db.read(lambda c: _snapshot(c, tenant_id, study_id, req, spec))
             if snap is None:  # leases expired: apply the policy first, then look again
                 store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
                 continue
-            version, proposal = snap
+            study, history, need = snap
+            # The engine runs outside any transaction: no connection waits on it.
+            proposal = _suggest(spec, study, history, need) if need else None
+            version = study.engine_state_version
 
             def commit(
                 c: Connection, version: int = version, proposal: Proposal | None = proposal
@@ -172,11 +189,10 @@ def ask(
 
 def _snapshot(
     conn: Connection, tenant_id: int, study_id: int, req: AskRequest, spec: StudySpec
-) -> tuple[int, Proposal | None] | None:
-    """Read the study and its trials (no write lock) and run the engine for what is missing.
+) -> tuple[Row, History | None, int] | None:
+    """Read the study, its history and how many new points are needed (no write lock).
 
-    Returns the engine state version the proposal was made from, or ``None`` when leases
-    have expired and the lease policy must run first."""
+    Returns ``None`` when leases have expired and the lease policy must run first."""
     row = _load_study(conn, tenant_id, study_id, lock=False)
     plan = _plan(
         conn.execute(_OPEN_TRIALS, {"study_id": study_id}).all(), req, utcnow(), spec.problem.d
@@ -184,9 +200,8 @@ def _snapshot(
     if plan.expired:
         return None
     if plan.need == 0:
-        return row.engine_state_version, None
-    history = load_history(conn, study_id, spec, plan.X_pending)
-    return row.engine_state_version, _suggest(spec, row, history, plan.need)
+        return row, None, 0
+    return row, load_history(conn, study_id, spec, plan.X_pending), plan.need
 
 
 def load_history(
@@ -194,7 +209,7 @@ def load_history(
 ) -> History:
     """The completed trials as engine arrays, with ``X_pending`` as given."""
     rows = conn.execute(
-        select(trials_t.c.x, trials_t.c.values, trials_t.c.constraints)
+        select(trials_t.c.x, trials_t.c["values"], trials_t.c.constraints)
         .where(trials_t.c.study_id == study_id, trials_t.c.state == "completed")
         .order_by(trials_t.c.number)
     ).all()
@@ -218,7 +233,8 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
 
 
-def _suggest(spec: StudySpec, study: Row, history: History, need: int) -> Proposal:
+def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) -> Proposal:
+    assert history is not None
     rng = np.random.default_rng([study.seed, study.engine_state_version])
     try:
         proposal = spec.engine.suggest(spec.problem, history, need, study.engine_state, rng)
@@ -391,6 +407,7 @@ def expire_leases(
     if study_id is not None:
         query = query.where(trials_t.c.study_id == study_id)
     expired = conn.execute(query).all()
+    changed: set[int] = set()
     for trial in expired:
         config = store.spec(conn, trial.study_id).config
         if config.on_lease_expiry == "requeue" and trial.retries < config.max_retries:
@@ -402,10 +419,22 @@ def expire_leases(
                 "lease_expires_at": None,
                 "completed_at": now,
             }
-        conn.execute(update(trials_t).where(trials_t.c.id == trial.id).values(**change))
-    for sid in {t.study_id for t in expired}:
+        # The condition is checked again by the UPDATE itself: a tell, heartbeat or re-serve
+        # that committed since the SELECT wins (PostgreSQL does not lock the selected rows).
+        result = conn.execute(
+            update(trials_t)
+            .where(
+                trials_t.c.id == trial.id,
+                trials_t.c.state == "running",
+                trials_t.c.lease_expires_at < now,
+            )
+            .values(**change)
+        )
+        if result.rowcount:
+            changed.add(trial.study_id)
+    for sid in changed:
         bump_revision(conn, sid, now)
-    return len(expired)
+    return len(changed)
 
 
 # --- tell, report, heartbeat --------------------------------------------------------------
@@ -441,12 +470,17 @@ _FINISH_TRIAL = (
 )
 
 
-def _trial_for_update(conn: Connection, tenant_id: int, study_id: int, number: int) -> Row:
-    """The trial, locked for update, of a live study of the tenant.
+def _trial_for_update(
+    conn: Connection, tenant_id: int, study_id: int, number: int, now: datetime
+) -> Row:
+    """The trial, locked for update, of a live study of the tenant; the study's revision is
+    bumped first, so that the study row is locked before the trial row, in the order ``ask``
+    takes them (no deadlock between a tell and an ask on PostgreSQL).
 
     Raises:
         ApiError: 404 ``not_found`` for the study, ``trial_not_found`` for the trial.
     """
+    bump_revision(conn, study_id, now)
     row = conn.execute(
         _TRIAL_FOR_UPDATE, {"study_id": study_id, "tenant_id": tenant_id, "number": number}
     ).first()
@@ -502,10 +536,10 @@ def tell(
     store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
 ) -> Written:
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
-        trial = _trial_for_update(conn, tenant_id, study_id, number)
+        now = utcnow()
+        trial = _trial_for_update(conn, tenant_id, study_id, number, now)
         spec = store.spec(conn, study_id)
         _check_unfinished(trial)
-        now = utcnow()
         change: dict[str, Any] = {
             "trial_id": trial.id,
             "state": req.state,
@@ -520,7 +554,6 @@ def tell(
             vals, cons, feasible = validate_results(spec, req.values, req.constraints)
             change.update(values=vals, constraints=cons or None, feasible=feasible)
         updated = conn.execute(_FINISH_TRIAL, change).one()
-        bump_revision(conn, study_id, now)
         return 200, trial_public(updated)
 
     return store.write(tenant_id, idem, fn)
@@ -537,13 +570,13 @@ def report(
     """Store an intermediate measurement (replacing one at the same step) and extend the lease."""
 
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
-        trial = _trial_for_update(conn, tenant_id, study_id, number)
+        now = utcnow()
+        trial = _trial_for_update(conn, tenant_id, study_id, number, now)
         spec = store.spec(conn, study_id)
         _check_unfinished(trial)
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
         if bad:
             raise invalid("non_finite_value", f"reported value(s) {bad} are NaN or infinite")
-        now = utcnow()
         conn.execute(
             delete(measurements_t).where(
                 measurements_t.c.trial_id == trial.id, measurements_t.c.step == req.step
@@ -559,11 +592,10 @@ def report(
             )
         )
         if trial.state == "running":
-            lease = _lease_until(spec, HeartbeatRequest(), now)
+            lease = _extended_lease(trial, spec, HeartbeatRequest(), now)
             conn.execute(
                 update(trials_t).where(trials_t.c.id == trial.id).values(lease_expires_at=lease)
             )
-        bump_revision(conn, study_id, now)
         return 201, MeasurementPublic(
             step=req.step, values=req.values, checkpoint=req.checkpoint, created_at=now
         )
@@ -579,10 +611,14 @@ def heartbeat(
     req: HeartbeatRequest,
     idem: IdemKey | None,
 ) -> Written:
-    """Extend a running trial's lease. A ``stale`` trial not yet re-served is taken back."""
+    """Extend a running trial's lease. A ``stale`` trial not yet re-served is taken back.
+
+    With ``worker_id``, a trial that was re-served to another worker is a 409
+    ``trial_reassigned``: the caller should stop working on it."""
 
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
-        trial = _trial_for_update(conn, tenant_id, study_id, number)
+        now = utcnow()
+        trial = _trial_for_update(conn, tenant_id, study_id, number, now)
         spec = store.spec(conn, study_id)
         _check_unfinished(trial)
         if trial.state == "waiting":
@@ -591,13 +627,27 @@ def heartbeat(
                 f"trial {number} is waiting to be asked for; ask before sending heartbeats",
                 state=trial.state,
             )
-        now = utcnow()
-        conn.execute(
+        if (
+            req.worker_id is not None
+            and trial.state == "running"
+            and trial.worker_id not in (None, req.worker_id)
+        ):
+            raise conflict(
+                "trial_reassigned",
+                f"trial {number} was served to another worker after its lease expired",
+                state=trial.state,
+            )
+        worker_id = req.worker_id if trial.state == "stale" else trial.worker_id
+        updated = conn.execute(
             update(trials_t)
             .where(trials_t.c.id == trial.id)
-            .values(state="running", lease_expires_at=_lease_until(spec, req, now))
-        )
-        updated = conn.execute(select(trials_t).where(trials_t.c.id == trial.id)).one()
+            .values(
+                state="running",
+                worker_id=worker_id,
+                lease_expires_at=_extended_lease(trial, spec, req, now),
+            )
+            .returning(*trials_t.c)
+        ).one()
         return 200, trial_public(updated)
 
     return store.write(tenant_id, idem, fn)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.errors import unavailable
 
@@ -59,6 +60,8 @@ class Database:
                     with self._write_lock:
                         return self._once(fn, write)
                 return self._once(fn, write)
+            except PoolTimeout as exc:
+                raise unavailable("all database connections are busy; retry the request") from exc
             except DBAPIError as exc:
                 if not _transient(exc) or attempt == _RETRIES - 1:
                     if _transient(exc):

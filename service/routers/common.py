@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import Response
+from typing import Annotated
+
+from fastapi import Path, Response
 from fastapi.routing import APIRoute
 
+from service.errors import invalid
 from service.store import Written
 
 JSON = "application/json"
@@ -15,15 +18,21 @@ def written(result: Written) -> Response:
     return Response(content=result.body, status_code=result.status, media_type=JSON)
 
 
-def cursor_int(cursor: str | None) -> int | None:
-    from service.errors import invalid
+#: Path ids within the range of the database's integer columns.
+StudyId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+TrialNumber = Annotated[int, Path(ge=0, le=2**31 - 1)]
 
+
+def cursor_int(cursor: str | None) -> int | None:
     if cursor is None:
         return None
     try:
-        return int(cursor)
+        value = int(cursor)
     except ValueError:
-        raise invalid("invalid_cursor", f"cursor {cursor!r} is not one this API returned") from None
+        value = -1
+    if not 0 <= value < 2**31:
+        raise invalid("invalid_cursor", f"cursor {cursor!r} is not one this API returned")
+    return value
 
 
 def operation_id(route: APIRoute) -> str:

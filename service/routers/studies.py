@@ -16,7 +16,7 @@ from client.models import (
 )
 from service import studies
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import cursor_int, operation_id, written
+from service.routers.common import StudyId, cursor_int, operation_id, written
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], generate_unique_id_function=operation_id)
 
@@ -38,37 +38,41 @@ def list_studies(
 
 @router.post("/import", response_model=StudyPublic, status_code=201)
 def import_study(
-    body: StudyExport, store: StoreDep, tenant: TenantDep, idem: IdemDep, name: str | None = None
+    body: StudyExport,
+    store: StoreDep,
+    tenant: TenantDep,
+    idem: IdemDep,
+    name: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> Response:
     return written(studies.import_study(store, tenant, body, name, idem))
 
 
 @router.get("/{study_id}", response_model=StudyPublic)
-def get_study(study_id: int, store: StoreDep, tenant: TenantDep) -> StudyPublic:
+def get_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> StudyPublic:
     return studies.get_study(store, tenant, study_id)
 
 
 @router.patch("/{study_id}", response_model=StudyPublic)
 def update_study(
-    study_id: int, body: StudyUpdate, store: StoreDep, tenant: TenantDep, idem: IdemDep
+    study_id: StudyId, body: StudyUpdate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
     return written(studies.update_study(store, tenant, study_id, body, idem))
 
 
 @router.delete("/{study_id}", status_code=204)
-def delete_study(study_id: int, store: StoreDep, tenant: TenantDep) -> Response:
+def delete_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Response:
     studies.delete_study(store, tenant, study_id)
     return Response(status_code=204)
 
 
 @router.get("/{study_id}/best", response_model=BestPublic)
-def best(study_id: int, store: StoreDep, tenant: TenantDep) -> BestPublic:
+def best(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> BestPublic:
     return studies.best(store, tenant, study_id)
 
 
 @router.get("/{study_id}/export", response_model=StudyExport)
 def export_study(
-    study_id: int,
+    study_id: StudyId,
     store: StoreDep,
     tenant: TenantDep,
     format: Literal["json", "csv"] = "json",

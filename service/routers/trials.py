@@ -20,7 +20,7 @@ from client.models import (
 )
 from service import trials
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import cursor_int, operation_id, written
+from service.routers.common import StudyId, TrialNumber, cursor_int, operation_id, written
 
 router = APIRouter(
     prefix="/v1/studies/{study_id}", tags=["trials"], generate_unique_id_function=operation_id
@@ -29,21 +29,21 @@ router = APIRouter(
 
 @router.post("/ask", response_model=AskResponse)
 def ask(
-    study_id: int, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
+    study_id: StudyId, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
     return written(trials.ask(store, tenant, study_id, body, idem))
 
 
 @router.post("/trials", response_model=TrialPublic, status_code=201)
 def enqueue(
-    study_id: int, body: TrialCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep
+    study_id: StudyId, body: TrialCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
     return written(trials.enqueue(store, tenant, study_id, body, idem))
 
 
 @router.get("/trials", response_model=TrialsPage)
 def list_trials(
-    study_id: int,
+    study_id: StudyId,
     store: StoreDep,
     tenant: TenantDep,
     state: Annotated[list[TrialState] | None, Query()] = None,
@@ -54,21 +54,28 @@ def list_trials(
 
 
 @router.get("/trials/{number}", response_model=TrialPublic)
-def get_trial(study_id: int, number: int, store: StoreDep, tenant: TenantDep) -> TrialPublic:
+def get_trial(
+    study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
+) -> TrialPublic:
     return trials.get_trial(store, tenant, study_id, number)
 
 
 @router.post("/trials/{number}/tell", response_model=TrialPublic)
 def tell(
-    study_id: int, number: int, body: TellRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
+    study_id: StudyId,
+    number: TrialNumber,
+    body: TellRequest,
+    store: StoreDep,
+    tenant: TenantDep,
+    idem: IdemDep,
 ) -> Response:
     return written(trials.tell(store, tenant, study_id, number, body, idem))
 
 
 @router.post("/trials/{number}/report", response_model=MeasurementPublic, status_code=201)
 def report(
-    study_id: int,
-    number: int,
+    study_id: StudyId,
+    number: TrialNumber,
     body: ReportRequest,
     store: StoreDep,
     tenant: TenantDep,
@@ -79,15 +86,15 @@ def report(
 
 @router.get("/trials/{number}/measurements", response_model=list[MeasurementPublic])
 def measurements(
-    study_id: int, number: int, store: StoreDep, tenant: TenantDep
+    study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
 ) -> list[MeasurementPublic]:
     return trials.list_measurements(store, tenant, study_id, number)
 
 
 @router.post("/trials/{number}/heartbeat", response_model=TrialPublic)
 def heartbeat(
-    study_id: int,
-    number: int,
+    study_id: StudyId,
+    number: TrialNumber,
     store: StoreDep,
     tenant: TenantDep,
     idem: IdemDep,

@@ -143,3 +143,60 @@ def test_report_rejects_non_finite_values(http, sid):
         headers={"content-type": "application/json"},
     )
     _problem(r, 422, "non_finite_value")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/studies/99999999999999999999",
+        "/v1/studies/2147483648/best",
+        "/v1/studies/1/trials/9223372036854775808",
+    ],
+)
+def test_ids_beyond_the_database_range_are_422(http, sid, path):
+    _problem(http.get(path), 422, "validation_error")
+
+
+def test_huge_cursor_and_step_are_4xx(http, sid):
+    _problem(http.get("/v1/studies", params={"cursor": str(2**70)}), 422, "invalid_cursor")
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    r = http.post(
+        f"/v1/studies/{sid}/trials/{t['number']}/report",
+        json={"step": 2**63, "values": {"loss": 1.0}},
+    )
+    _problem(r, 422, "validation_error")
+
+
+def test_nan_in_free_form_json_is_422(http, sid):
+    headers = {"content-type": "application/json"}
+    r = http.patch(f"/v1/studies/{sid}", content=b'{"metadata": {"a": [1, NaN]}}', headers=headers)
+    _problem(r, 422, "validation_error")
+    body = b'{"name": "n", "parameters": [{"type": "int", "name": "i", "low": 0, "high": 3}],'
+    r = http.post("/v1/studies", content=body + b' "metadata": {"x": Infinity}}', headers=headers)
+    _problem(r, 422, "validation_error")
+
+
+def test_bounds_whose_span_overflows_are_rejected(http):
+    params = [_float(low=-1e308, high=1e308)]
+    r = http.post("/v1/studies", json=study_body(parameters=params))
+    _problem(r, 422, "invalid_search_space")
+    r = http.post(
+        "/v1/studies", json=study_body(parameters=[_float(low=-1e308, high=1e308, step=1.0)])
+    )
+    _problem(r, 422, "invalid_search_space")
+
+
+def test_import_with_a_bad_name_or_repeated_steps_is_422(http, sid):
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    http.post(
+        f"/v1/studies/{sid}/trials/{t['number']}/report", json={"step": 1, "values": {"a": 1}}
+    )
+    exported = http.get(f"/v1/studies/{sid}/export").json()
+    _problem(
+        http.post("/v1/studies/import", json=exported, params={"name": "x" * 300}),
+        422,
+        "validation_error",
+    )
+    exported["trials"][0]["measurements"] *= 2
+    r = http.post("/v1/studies/import", json=exported, params={"name": "copy"})
+    _problem(r, 422, "invalid_import")

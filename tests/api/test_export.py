@@ -55,6 +55,16 @@ def test_export_then_import_gives_the_same_trials(http):
     assert t["number"] == 5
 
 
+def test_an_imported_random_study_does_not_repeat_its_points(http):
+    sid = http.post("/v1/studies", json=study_body("orig", seed=5)).json()["id"]
+    first = http.post(f"/v1/studies/{sid}/ask", json={"count": 3}).json()["trials"]
+    exported = http.get(f"/v1/studies/{sid}/export").json()
+    copy_id = http.post("/v1/studies/import", json=exported, params={"name": "c"}).json()["id"]
+    served = http.post(f"/v1/studies/{copy_id}/ask", json={"count": 6}).json()["trials"]
+    new = [t["params"] for t in served if t["number"] >= 3]
+    assert len(new) == 3 and not any(p in [t["params"] for t in first] for p in new)
+
+
 def test_import_under_a_taken_name_is_409(http):
     sid = _filled_study(http)
     exported = http.get(f"/v1/studies/{sid}/export").json()

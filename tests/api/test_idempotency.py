@@ -48,3 +48,13 @@ def test_an_error_is_not_stored_under_the_key(http):
     assert http.post(f"/v1/studies/{sid}/ask", json={}, headers=headers).status_code == 409
     http.patch(f"/v1/studies/{sid}", json={"state": "active"})
     assert http.post(f"/v1/studies/{sid}/ask", json={}, headers=headers).status_code == 200
+
+
+def test_the_query_string_is_part_of_the_request(http):
+    sid = http.post("/v1/studies", json=study_body()).json()["id"]
+    exported = http.get(f"/v1/studies/{sid}/export").json()
+    headers = {"Idempotency-Key": "imp"}
+    r = http.post("/v1/studies/import", json=exported, params={"name": "b"}, headers=headers)
+    assert r.status_code == 201
+    r = http.post("/v1/studies/import", json=exported, params={"name": "c"}, headers=headers)
+    assert r.status_code == 409 and r.json()["code"] == "idempotency_key_reused"

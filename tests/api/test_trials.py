@@ -95,6 +95,39 @@ def test_report_stores_measurements_and_extends_the_lease(http, sid):
     assert lease > t["lease_expires_at"]
 
 
+def test_a_report_never_shortens_a_long_lease(http, sid):
+    (t,) = _ask(http, sid, lease_seconds=86400)
+    url = f"/v1/studies/{sid}/trials/{t['number']}"
+    http.post(f"{url}/report", json={"step": 1, "values": {"loss": 1.0}})
+    http.post(f"{url}/heartbeat", json={})
+    assert http.get(url).json()["lease_expires_at"] == t["lease_expires_at"]
+
+
+def test_a_heartbeat_from_a_worker_that_lost_its_trial_is_409(http, sid):
+    (t,) = _ask(http, sid, worker_id="slow", lease_seconds=0.2)
+    time.sleep(0.8)
+    (again,) = _ask(http, sid, worker_id="fast")
+    assert again["number"] == t["number"]
+    url = f"/v1/studies/{sid}/trials/{t['number']}/heartbeat"
+    r = http.post(url, json={"worker_id": "slow"})
+    assert r.status_code == 409 and r.json()["code"] == "trial_reassigned"
+    assert http.post(url, json={"worker_id": "fast"}).status_code == 200
+
+
+def test_a_gp_study_runs_through_the_api(http):
+    body = study_body(engine={"name": "gp", "options": {"n_initial": 4}}, seed=3)
+    sid = http.post("/v1/studies", json=body).json()["id"]
+    sources = []
+    for _ in range(6):
+        (t,) = _ask(http, sid, worker_id="w")
+        sources.append(t["details"]["source"])
+        value = (t["params"]["x"] - 1) ** 2 + (t["params"]["y"] + 1) ** 2
+        assert _tell(http, sid, t["number"], values={"value": value}).status_code == 200
+    assert sources[:4] == ["sobol"] * 4 and sources[4:] == ["gp", "gp"]
+    study = http.get(f"/v1/studies/{sid}").json()
+    assert study["engine_state_version"] == 6 and study["trial_counts"] == {"completed": 6}
+
+
 def test_heartbeat_extends_the_lease(http, sid):
     (t,) = _ask(http, sid, lease_seconds=5)
     r = http.post(f"/v1/studies/{sid}/trials/{t['number']}/heartbeat", json={"lease_seconds": 600})
