@@ -21,6 +21,7 @@ from client._base import (
     retry_delay,
     should_retry,
     split_results,
+    worker_name,
 )
 from client._sync import Result
 from client.errors import ClientClosed, TransportError
@@ -151,11 +152,11 @@ class AsyncStudy:
         constraints: Mapping[str, float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> TrialPublic:
-        if isinstance(values, int | float):
-            values = {self.info.objectives[0].name: float(values)}
-        req = TellRequest(
-            values=dict(values or {}), constraints=dict(constraints or {}), metadata=metadata
-        )
+        if values is None or isinstance(values, Mapping):
+            by_name = dict(values or {})
+        else:  # a number (numpy scalars included) for a single-objective study
+            by_name = {self.info.objectives[0].name: float(values)}
+        req = TellRequest(values=by_name, constraints=dict(constraints or {}), metadata=metadata)
         return await self.client.send(_calls.tell(self.id, number, req))
 
     async def fail(
@@ -170,8 +171,10 @@ class AsyncStudy:
         req = ReportRequest(step=step, values=dict(values), checkpoint=checkpoint)
         return await self.client.send(_calls.report(self.id, number, req))
 
-    async def heartbeat(self, number: int, lease_seconds: float | None = None) -> TrialPublic:
-        req = HeartbeatRequest(lease_seconds=lease_seconds)
+    async def heartbeat(
+        self, number: int, lease_seconds: float | None = None, worker_id: str | None = None
+    ) -> TrialPublic:
+        req = HeartbeatRequest(lease_seconds=lease_seconds, worker_id=worker_id)
         return await self.client.send(_calls.heartbeat(self.id, number, req))
 
     async def enqueue(
@@ -241,38 +244,63 @@ class AsyncStudy:
         constraints = [c.name for c in self.info.constraints]
         lease = lease_seconds or self.info.lease_seconds
         budget = Budget(n_trials, progress)
-        errors: list[BaseException] = []
 
-        async def beat(number: int) -> None:
+        async def beat(number: int, worker_id: str) -> None:
             while True:
                 await asyncio.sleep(lease / 3)
                 try:
-                    await self.heartbeat(number)
+                    await self.heartbeat(number, lease, worker_id=worker_id)
                 except Exception:
-                    return
+                    return  # the trial finished or the server is away; the tell decides
+
+        async def evaluate(params: dict[str, Any]) -> Result:
+            if inspect.iscoroutinefunction(fn):
+                return await fn(params)
+            # A plain function runs in a thread, so heartbeats keep flowing meanwhile.
+            result = await asyncio.to_thread(fn, params)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        async def run_one(worker_id: str) -> None:
+            trials = await self.ask(1, worker_id=worker_id, lease_seconds=lease)
+            if not trials:  # a scheduler waiting for its generation: come back later
+                budget.release()
+                await asyncio.sleep(1.0)
+                return
+            (trial,) = trials
+            beating = asyncio.create_task(beat(trial.number, worker_id))
+            try:
+                result = await evaluate(dict(trial.params))
+            except Exception as exc:
+                await self.fail(trial.number, reason=repr(exc))
+                budget.done(ok=False)
+                if not isinstance(exc, catch):
+                    raise
+                return
+            finally:
+                beating.cancel()
+            values, cons, problem = split_results(result, objectives, constraints)
+            if problem is not None:
+                await self.fail(trial.number, reason=problem)
+                budget.done(ok=False)
+                return
+            await self.tell(trial.number, values, cons)
+            budget.done(ok=True)
 
         async def worker(index: int) -> None:
-            worker_id = f"optimize-async-{id(self)}-{index}"
-            while not errors and budget.take():
-                (trial,) = await self.ask(1, worker_id=worker_id, lease_seconds=lease)
-                beating = asyncio.create_task(beat(trial.number))
-                try:
-                    result = fn(dict(trial.params))
-                    if inspect.isawaitable(result):
-                        result = await result
-                    values, cons = split_results(result, objectives, constraints)
-                except Exception as exc:
-                    await self.fail(trial.number, reason=repr(exc))
-                    budget.done(ok=False)
-                    if not isinstance(exc, catch):
-                        errors.append(exc)
-                    continue
-                finally:
-                    beating.cancel()
-                await self.tell(trial.number, values, cons)
-                budget.done(ok=True)
+            worker_id = worker_name(index)
+            while budget.take():
+                await run_one(worker_id)
 
-        await asyncio.gather(*(worker(i) for i in range(n_workers)))
-        budget.finish()
-        if errors:
-            raise errors[0]
+        tasks = [asyncio.create_task(worker(i)) for i in range(n_workers)]
+        try:
+            _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in pending:  # one worker failed: stop the others before raising
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            budget.finish()
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]

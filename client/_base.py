@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import threading
@@ -93,11 +94,15 @@ def split_results(
     result: float | Mapping[str, float] | Sequence[float],
     objectives: Sequence[str],
     constraints: Sequence[str],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Turn what an objective function returned into (values, constraints) by name.
+) -> tuple[dict[str, float], dict[str, float], str | None]:
+    """Turn what an objective function returned into (values, constraints) by name, and a
+    reason to tell the trial as failed instead (NaN or infinite numbers), or ``None``.
 
     A number fits a single-objective study; a sequence gives the objectives in order; a mapping
     names objectives and constraint metrics together.
+
+    Raises:
+        ValueError: the result does not fit the study (unknown names, wrong length).
     """
     if isinstance(result, Mapping):
         values = {k: float(v) for k, v in result.items() if k in objectives}
@@ -105,15 +110,23 @@ def split_results(
         extra = set(result) - set(values) - set(cons)
         if extra:
             raise ValueError(f"the objective returned unknown metric(s) {sorted(extra)}")
-        return values, cons
-    if isinstance(result, int | float):
+    elif isinstance(result, Sequence):
+        values_list = [float(v) for v in result]
+        if len(values_list) != len(objectives):
+            raise ValueError(f"expected {len(objectives)} values, got {len(values_list)}")
+        values, cons = dict(zip(objectives, values_list, strict=True)), {}
+    else:  # a number, numpy scalars included
         if len(objectives) != 1:
             raise ValueError(f"the study has {len(objectives)} objectives; return a dict or list")
-        return {objectives[0]: float(result)}, {}
-    values_list = [float(v) for v in result]
-    if len(values_list) != len(objectives):
-        raise ValueError(f"expected {len(objectives)} values, got {len(values_list)}")
-    return dict(zip(objectives, values_list, strict=True)), {}
+        values, cons = {objectives[0]: float(result)}, {}
+    bad = sorted(k for k, v in {**values, **cons}.items() if not math.isfinite(v))
+    problem = f"the objective returned NaN or infinity for {bad}" if bad else None
+    return values, cons, problem
+
+
+def worker_name(index: int) -> str:
+    """A worker id unique across threads, processes and machines (re-delivery is by id)."""
+    return f"optimize-{uuid.uuid4().hex[:16]}-{index}"
 
 
 class Budget:
@@ -123,6 +136,11 @@ class Budget:
         self.total, self.progress = total, progress
         self.started = self.finished = self.failed = 0
         self._lock = threading.Lock()
+
+    def release(self) -> None:
+        """Give back a slot that was taken but not used."""
+        with self._lock:
+            self.started -= 1
 
     def take(self) -> bool:
         with self._lock:

@@ -20,6 +20,7 @@ from client._base import (
     retry_delay,
     should_retry,
     split_results,
+    worker_name,
 )
 from client.errors import ClientClosed, TransportError
 from client.models import (
@@ -170,11 +171,11 @@ class Study:
         constraints: Mapping[str, float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> TrialPublic:
-        if isinstance(values, int | float):
-            values = {self.info.objectives[0].name: float(values)}
-        req = TellRequest(
-            values=dict(values or {}), constraints=dict(constraints or {}), metadata=metadata
-        )
+        if values is None or isinstance(values, Mapping):
+            by_name = dict(values or {})
+        else:  # a number (numpy scalars included) for a single-objective study
+            by_name = {self.info.objectives[0].name: float(values)}
+        req = TellRequest(values=by_name, constraints=dict(constraints or {}), metadata=metadata)
         return self.client.send(_calls.tell(self.id, number, req))
 
     def fail(self, number: int, reason: str | None = None, infeasible: bool = False) -> TrialPublic:
@@ -187,8 +188,10 @@ class Study:
         req = ReportRequest(step=step, values=dict(values), checkpoint=checkpoint)
         return self.client.send(_calls.report(self.id, number, req))
 
-    def heartbeat(self, number: int, lease_seconds: float | None = None) -> TrialPublic:
-        req = HeartbeatRequest(lease_seconds=lease_seconds)
+    def heartbeat(
+        self, number: int, lease_seconds: float | None = None, worker_id: str | None = None
+    ) -> TrialPublic:
+        req = HeartbeatRequest(lease_seconds=lease_seconds, worker_id=worker_id)
         return self.client.send(_calls.heartbeat(self.id, number, req))
 
     def enqueue(
@@ -265,23 +268,37 @@ class Study:
         budget = Budget(n_trials, progress)
         errors: list[BaseException] = []
 
+        def run_one(worker_id: str) -> None:
+            trials = self.ask(1, worker_id=worker_id, lease_seconds=lease)
+            if not trials:  # a scheduler waiting for its generation: come back later
+                budget.release()
+                time.sleep(1.0)
+                return
+            (trial,) = trials
+            with _Heartbeat(self, trial.number, lease, worker_id):
+                try:
+                    result = fn(dict(trial.params))
+                except BaseException as exc:
+                    self.fail(trial.number, reason=repr(exc))
+                    budget.done(ok=False)
+                    if not isinstance(exc, catch):
+                        raise
+                    return
+            values, cons, problem = split_results(result, objectives, constraints)
+            if problem is not None:
+                self.fail(trial.number, reason=problem)
+                budget.done(ok=False)
+                return
+            self.tell(trial.number, values, cons)
+            budget.done(ok=True)
+
         def worker(index: int) -> None:
-            worker_id = f"optimize-{threading.get_ident()}-{index}"
+            worker_id = worker_name(index)
             while not errors and budget.take():
-                (trial,) = self.ask(1, worker_id=worker_id, lease_seconds=lease)
-                with _Heartbeat(self, trial.number, lease):
-                    try:
-                        values, cons = split_results(
-                            fn(dict(trial.params)), objectives, constraints
-                        )
-                    except BaseException as exc:
-                        self.fail(trial.number, reason=repr(exc))
-                        budget.done(ok=False)
-                        if not isinstance(exc, catch):
-                            errors.append(exc)
-                        continue
-                self.tell(trial.number, values, cons)
-                budget.done(ok=True)
+                try:
+                    run_one(worker_id)
+                except BaseException as exc:  # stop every worker and re-raise in the caller
+                    errors.append(exc)
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_workers)]
         for t in threads:
@@ -296,8 +313,9 @@ class Study:
 class _Heartbeat:
     """Sends heartbeats for one trial every third of its lease until the block exits."""
 
-    def __init__(self, study: Study, number: int, lease: float) -> None:
-        self.study, self.number, self.interval = study, number, lease / 3
+    def __init__(self, study: Study, number: int, lease: float, worker_id: str) -> None:
+        self.study, self.number, self.lease, self.worker_id = study, number, lease, worker_id
+        self.interval = lease / 3
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -312,6 +330,6 @@ class _Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.study.heartbeat(self.number)
+                self.study.heartbeat(self.number, self.lease, worker_id=self.worker_id)
             except Exception:
                 return  # the trial finished or the server is away; the tell decides

@@ -108,3 +108,22 @@ def test_a_closed_client_refuses_to_send():
             await c.get_study(1)
 
     asyncio.run(main())
+
+
+def test_a_nan_result_is_told_as_failed(sqlite_url):
+    async def body(client):
+        study = await client.create_study("nan", [FLOAT_X])
+        await study.optimize(lambda p: float("nan"), n_trials=3, progress=False)
+        assert [t.state async for t in study.trials()] == ["failed"] * 3
+
+    run(body, sqlite_url)
+
+
+def test_a_server_error_stops_optimize_and_is_raised(sqlite_url):
+    async def body(client):
+        study = await client.create_study("paused", [FLOAT_X])
+        await study.update(state="paused")
+        with pytest.raises(Conflict):
+            await study.optimize(lambda p: 1.0, n_trials=5, n_workers=2, progress=False)
+
+    run(body, sqlite_url)

@@ -133,3 +133,28 @@ def test_a_closed_client_refuses_to_send():
     c.close()
     with pytest.raises(ClientClosed):
         c.get_study(1)
+
+
+def test_a_nan_result_is_told_as_failed(client):
+    study = client.create_study("nan", [FLOAT_X])
+    study.optimize(lambda p: float("nan"), n_trials=3, progress=False)
+    trials = list(study.trials())
+    assert [t.state for t in trials] == ["failed"] * 3
+    assert "NaN" in (trials[0].reason or "")
+
+
+def test_a_server_error_stops_optimize_and_is_raised(client):
+    study = client.create_study("paused", [FLOAT_X])
+    study.update(state="paused")
+    with pytest.raises(Conflict) as err:
+        study.optimize(lambda p: 1.0, n_trials=5, n_workers=2, progress=False)
+    assert err.value.code == "study_not_active"
+
+
+def test_numpy_scalars_are_accepted(client):
+    import numpy as np
+    study = client.create_study("np", [FLOAT_X])
+    (trial,) = study.ask()
+    assert study.tell(trial.number, np.float32(0.0)).values == {"value": 0.0}
+    study.optimize(lambda p: np.float64(p["x"]), n_trials=2, progress=False)
+    assert study.refresh().trial_counts == {"completed": 3}
