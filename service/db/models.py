@@ -102,6 +102,13 @@ class Trial(Base):
     __table_args__ = (
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
         Index("ix_trials_study_state", "study_id", "state"),
+        # The reaper's scan: running trials by lease expiry, across studies.
+        Index(
+            "ix_trials_running_lease",
+            "lease_expires_at",
+            sqlite_where=text("state = 'running'"),
+            postgresql_where=text("state = 'running'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
