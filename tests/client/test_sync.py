@@ -153,6 +153,7 @@ def test_a_server_error_stops_optimize_and_is_raised(client):
 
 def test_numpy_scalars_are_accepted(client):
     import numpy as np
+
     study = client.create_study("np", [FLOAT_X])
     (trial,) = study.ask()
     assert study.tell(trial.number, np.float32(0.0)).values == {"value": 0.0}
