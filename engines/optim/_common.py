@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -34,6 +34,32 @@ class StatefulOptimizer(Optimizer):
 
     def load_state_dict(self, state_dict: StateDict) -> None:
         super().load_state_dict(copy.deepcopy(state_dict))
+
+
+class MatrixOptimizer(StatefulOptimizer):
+    """Base of Muon and OLion: matrices take the subclass's rule (``_update``), groups flagged
+    ``adamw=True`` take AdamW."""
+
+    def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+        raise TypeError(f"{type(self).__name__} must define _update")
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One step on every parameter with a gradient; returns ``closure()`` if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = dense_grad(p)
+                if grad is None:
+                    continue
+                if group["adamw"]:
+                    adamw_update(p, grad, self.state[p], group)
+                else:
+                    self._update(p, grad, group)
+        return loss
 
 
 def check_hparams(group: Mapping[str, Any]) -> None:

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from engines.optim._common import (
-    StatefulOptimizer,
+    MatrixOptimizer,
     adamw_update,
     check_hparams,
     dense_grad,
@@ -75,7 +75,7 @@ def _adamw_defaults(
     return {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
 
 
-class Muon(StatefulOptimizer):
+class Muon(MatrixOptimizer):
     """Muon on matrix groups, AdamW on ``adamw=True`` groups; see the module docstring.
 
     State per matrix: ``momentum_buffer``, ``step``; per AdamW parameter: ``exp_avg``,
@@ -127,24 +127,6 @@ class Muon(StatefulOptimizer):
                     f"{tuple(p.shape)} belongs in a group with adamw=True "
                     "(muon_param_groups(model) builds the split)"
                 )
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One step on every parameter with a gradient; returns ``closure()`` if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = dense_grad(p)
-                if grad is None:
-                    continue
-                if group["adamw"]:
-                    adamw_update(p, grad, self.state[p], group)
-                else:
-                    self._update(p, grad, group)
-        return loss
 
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
@@ -227,7 +209,7 @@ class MuonPlus(Muon):
             "vr": vr,
             "vr_a": vr_a,
         }
-        StatefulOptimizer.__init__(self, params, defaults)
+        MatrixOptimizer.__init__(self, params, defaults)
 
     def _check_matrix_group(self, group: dict[str, Any]) -> None:
         super()._check_matrix_group(group)

@@ -37,17 +37,15 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from engines.optim._common import (
-    StatefulOptimizer,
-    adamw_update,
+    MatrixOptimizer,
     check_hparams,
-    dense_grad,
     fill_adamw_group,
     split_matrix_params,
 )
@@ -56,7 +54,7 @@ from engines.optim._newton_schulz import as_matrix, newton_schulz5
 Params = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
-class OLion(StatefulOptimizer):
+class OLion(MatrixOptimizer):
     """OLion on matrix groups, AdamW on ``adamw=True`` groups; see the module docstring.
 
     State per matrix: ``momentum_buffer`` (M), ``step``; per AdamW parameter: ``exp_avg``,
@@ -115,24 +113,6 @@ class OLion(StatefulOptimizer):
                     f"OLion steps matrices only; a parameter of shape {tuple(p.shape)} belongs "
                     "in a group with adamw=True (olion_param_groups(model) builds the split)"
                 )
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One step on every parameter with a gradient; returns ``closure()`` if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = dense_grad(p)
-                if grad is None:
-                    continue
-                if group["adamw"]:
-                    adamw_update(p, grad, self.state[p], group)
-                else:
-                    self._update(p, grad, group)
-        return loss
 
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
