@@ -2,9 +2,10 @@
 under the same key is a 409.
 
 The record is written in the same transaction as the change it answers for, so a response is
-stored exactly when its change committed. The key is inserted first (``claim``) and its answer
-filled in last (``complete``); a second request with the same key fails on the unique key, is
-rolled back whole, and replays the first one's stored response.
+stored exactly when its change committed. A second request with the same key either fails on
+the unique key when it stores its own answer, or fails earlier because the first request
+already changed the state (a finished trial); it is rolled back whole and replays the first
+one's stored response (``service.store.Store.write``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
 from service.db.models import IdempotencyKey
@@ -64,36 +65,28 @@ def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Stored | None:
     return Stored(row.status_code, row.response)
 
 
-_CLAIM = insert(_keys).returning(_keys.c.id)
-_COMPLETE = (
-    update(_keys)
-    .where(_keys.c.id == bindparam("key_id"))
-    .values(status_code=bindparam("status"), response=bindparam("body"))
-)
+_REMEMBER = insert(_keys)
 
 
-def claim(conn: Connection, tenant_id: int, idem: IdemKey, now: datetime) -> int:
-    """Insert the key with an empty answer, in the transaction of the change it answers for.
+def remember(
+    conn: Connection, tenant_id: int, idem: IdemKey, stored: Stored, now: datetime
+) -> None:
+    """Store the answer under the key, in the transaction of the change it answers for.
 
     Raises:
         IntegrityError: the key exists (committed, or being committed by a concurrent request).
     """
-    return conn.execute(
-        _CLAIM,
+    conn.execute(
+        _REMEMBER,
         {
             "tenant_id": tenant_id,
             "key": idem.key,
             "request_hash": idem.request_hash,
-            "status_code": 0,
-            "response": "",
+            "status_code": stored.status,
+            "response": stored.body,
             "created_at": now,
         },
-    ).scalar_one()
-
-
-def complete(conn: Connection, key_id: int, stored: Stored) -> None:
-    """Store the answer under the claimed key, before the transaction commits."""
-    conn.execute(_COMPLETE, {"key_id": key_id, "status": stored.status, "body": stored.body})
+    )
 
 
 def forget_old(conn: Connection, now: datetime) -> int:

@@ -18,8 +18,8 @@ from sqlalchemy.exc import IntegrityError
 from client.models import MeasurementPublic, StudyConfig, StudyPublic, TrialPublic
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
-from service.errors import conflict, not_found
-from service.idempotency import IdemKey, Stored, claim, complete, replay
+from service.errors import ApiError, conflict, not_found
+from service.idempotency import IdemKey, Stored, remember, replay
 from service.problem import SpecCache, StudySpec
 
 studies_t = Study.__table__
@@ -63,24 +63,33 @@ class Store:
         """Run ``fn`` in a write transaction, honouring the idempotency key."""
 
         def run(conn: Connection) -> Written:
-            # The key is claimed first: a repeat of a committed request fails here on the
-            # unique key, and a concurrent repeat waits on it (PostgreSQL) or on the write
-            # lock (SQLite) until the first commits; both then replay the stored answer.
-            key_id = claim(conn, tenant_id, idem, utcnow()) if idem is not None else None
             status, model = fn(conn)
             written = Written(status, model.model_dump_json())
-            if key_id is not None:
-                complete(conn, key_id, written)
+            if idem is not None:
+                remember(conn, tenant_id, idem, written, utcnow())
             return written
 
+        # The key is stored with the change, in one statement. A repeat of a committed request
+        # either fails on the unique key when it stores its own answer (the whole transaction
+        # rolls back), or fails earlier because the first one changed the state (a finished
+        # trial); in both cases the stored answer of the first is replayed.
         try:
             return self.db.write(run)
         except IntegrityError as exc:
-            if idem is not None:
-                stored = self.db.read(lambda conn: replay(conn, tenant_id, idem))
-                if stored is not None:
-                    return stored
+            stored = self._replay(tenant_id, idem)
+            if stored is not None:
+                return stored
             raise conflict("conflict", "the request conflicts with a concurrent change") from exc
+        except ApiError:
+            stored = self._replay(tenant_id, idem)
+            if stored is not None:
+                return stored
+            raise
+
+    def _replay(self, tenant_id: int, idem: IdemKey | None) -> Stored | None:
+        if idem is None:
+            return None
+        return self.db.read(lambda conn: replay(conn, tenant_id, idem))
 
 
 def _load_config(conn: Connection, study_id: int) -> dict[str, Any]:
