@@ -24,7 +24,7 @@ from client.models import (
 )
 from engines.errors import EngineOptionsError, SpaceError
 from engines.metrics import hypervolume, non_dominated
-from service.errors import ApiError, conflict, invalid
+from service.errors import ApiError, conflict, invalid, not_found
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
 from service.store import (
@@ -180,16 +180,31 @@ def update_study(
 
 
 def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
-    """Soft delete: the study and its trials stay in the database but are no longer served."""
+    """Soft delete: the study and its trials stay in the database but are no longer served.
+
+    Deleting a deleted study succeeds again (a client retrying a DELETE whose answer was lost
+    sees success); a study that never existed is a 404.
+    """
 
     def fn(conn: Connection) -> None:
-        get_study_row(conn, tenant_id, study_id, lock=True)
         now = utcnow()
-        conn.execute(
+        deleted = conn.execute(
             update(studies_t)
-            .where(studies_t.c.id == study_id)
+            .where(
+                studies_t.c.id == study_id,
+                studies_t.c.tenant_id == tenant_id,
+                studies_t.c.deleted_at.is_(None),
+            )
             .values(deleted_at=now, updated_at=now)
-        )
+        ).rowcount
+        if not deleted:
+            exists = conn.execute(
+                select(studies_t.c.id).where(
+                    studies_t.c.id == study_id, studies_t.c.tenant_id == tenant_id
+                )
+            ).first()
+            if exists is None:
+                raise not_found(f"study {study_id}")
 
     store.db.write(fn)
 

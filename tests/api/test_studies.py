@@ -60,6 +60,8 @@ def test_patch_changes_state_and_merges_metadata(http):
 def test_delete_is_soft_and_frees_the_name(http):
     sid = http.post("/v1/studies", json=study_body()).json()["id"]
     assert http.delete(f"/v1/studies/{sid}").status_code == 204
+    assert http.delete(f"/v1/studies/{sid}").status_code == 204  # a retried DELETE succeeds
+    assert http.delete("/v1/studies/4242").json()["code"] == "not_found"
     assert http.get(f"/v1/studies/{sid}").json()["code"] == "not_found"
     assert http.get("/v1/studies").json()["data"] == []
     again = http.post("/v1/studies", json=study_body())
