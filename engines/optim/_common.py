@@ -36,6 +36,14 @@ class StatefulOptimizer(Optimizer):
         super().load_state_dict(copy.deepcopy(state_dict))
 
 
+def evaluate(closure: Callable[[], Any] | None) -> Any:
+    """``closure()`` with gradients enabled (``step`` runs under ``no_grad``), or ``None``."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class MatrixOptimizer(StatefulOptimizer):
     """Base of Muon and OLion: matrices take the subclass's rule (``_update``), groups flagged
     ``adamw=True`` take AdamW."""
@@ -46,10 +54,7 @@ class MatrixOptimizer(StatefulOptimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One step on every parameter with a gradient; returns ``closure()`` if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 grad = dense_grad(p)

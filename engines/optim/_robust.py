@@ -37,6 +37,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from engines.optim._common import evaluate
+
 ROBUST_DEFAULTS: dict[str, Any] = {
     "tau": None,
     "tau_exponent": 0.0,
@@ -96,8 +98,7 @@ def previous_point_grads(
         p.grad = None
     for p in moved:
         p.copy_(optimizer.state[p]["prev_param"])
-    with torch.enable_grad():
-        closure()
+    evaluate(closure)
     previous = {p: p.grad if p.grad is not None else torch.zeros_like(p) for p in moved}
     for p, value in zip(moved, current, strict=True):
         p.copy_(value)

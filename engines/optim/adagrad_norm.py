@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from engines.optim._common import StatefulOptimizer, check_hparams
+from engines.optim._common import StatefulOptimizer, check_hparams, evaluate
 from engines.optim.clipped import SCOPES, active_params, clip_factor, scoped_sq_norms
 
 
@@ -72,10 +72,7 @@ class AdaGradNorm(StatefulOptimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         for group in self.param_groups:
             _check(group)
         params, grads = active_params(self.param_groups)

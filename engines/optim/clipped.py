@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engines.optim._common import StatefulOptimizer, check_hparams
+from engines.optim._common import StatefulOptimizer, check_hparams, evaluate
 
 SCOPES = ("global", "group", "tensor")
 
@@ -160,10 +160,7 @@ class ClippedSGD(_MomentumSGD):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         params, moms = self._directions()
         for group, ps, ms in zip(self.param_groups, params, moms, strict=True):
             lr, wd = group["lr"], group["weight_decay"]
@@ -199,10 +196,7 @@ class NormalizedSGD(_MomentumSGD):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         params, moms = self._directions()
         sq = scoped_sq_norms(self.param_groups, moms)
         for group, ps, ms, sqs in zip(self.param_groups, params, moms, sq, strict=True):

@@ -45,7 +45,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engines.optim._common import StatefulOptimizer, check_hparams, dense_grad, fw_gap_term
+from engines.optim._common import (
+    StatefulOptimizer,
+    check_hparams,
+    dense_grad,
+    evaluate,
+    fw_gap_term,
+)
 from engines.optim._robust import ROBUST_DEFAULTS, check_robust, previous_point_grads, robust_grads
 
 Params = Iterable[Tensor] | Iterable[dict[str, Any]]
@@ -74,10 +80,7 @@ class Lion(StatefulOptimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Lion step on every parameter with a gradient; returns ``closure()`` if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 grad = dense_grad(p)
@@ -157,10 +160,7 @@ class LionPlus(Lion):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Lion+ step; returns the first ``closure()`` value if a closure is given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         previous = previous_point_grads(self, closure)
         params = [[p for p in g["params"] if dense_grad(p) is not None] for g in self.param_groups]
         directions = robust_grads(self.state, self.param_groups, params, previous)

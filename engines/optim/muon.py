@@ -50,6 +50,7 @@ from engines.optim._common import (
     adamw_update,
     check_hparams,
     dense_grad,
+    evaluate,
     fill_adamw_group,
     fw_gap_term,
     split_matrix_params,
@@ -218,10 +219,7 @@ class MuonPlus(Muon):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Muon+ step; returns the first ``closure()`` value if a closure is given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         previous = previous_point_grads(self, closure)
         params = [[p for p in g["params"] if dense_grad(p) is not None] for g in self.param_groups]
         matrix_groups = [g for g in self.param_groups if not g["adamw"]]

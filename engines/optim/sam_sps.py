@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engines.optim._common import StatefulOptimizer, check_hparams
+from engines.optim._common import StatefulOptimizer, check_hparams, evaluate
 
 NEEDS_CLOSURE = (
     "SAMSPS.step() needs a closure that re-evaluates the loss: SAM-SPS evaluates the loss and its "
@@ -108,8 +108,7 @@ class SAMSPS(StatefulOptimizer):
             _check(group)
 
         self.zero_grad(set_to_none=True)
-        with torch.enable_grad():
-            loss = closure()
+        loss = evaluate(closure)
         params = [[p for p in group["params"] if p.grad is not None] for group in self.param_groups]
         grad_norm = math.sqrt(_sum_sq(p.grad for ps in params for p in ps))
 
@@ -126,8 +125,7 @@ class SAMSPS(StatefulOptimizer):
                 p.add_(d)
 
         self.zero_grad(set_to_none=True)
-        with torch.enable_grad():
-            value = closure()
+        value = evaluate(closure)
         loss_e = float(value.detach() if isinstance(value, Tensor) else value)
         for p, x, _ in saved:
             p.copy_(x)

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engines.optim._common import StatefulOptimizer, check_hparams
+from engines.optim._common import StatefulOptimizer, check_hparams, evaluate
 
 Block = tuple[slice, slice]
 
@@ -121,10 +121,7 @@ class Shampoo(StatefulOptimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate(closure)
         for group in self.param_groups:
             _check(group)
             beta1, beta2 = group["betas"]
