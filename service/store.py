@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -129,25 +129,13 @@ def bump_revision(conn: Connection, study_id: int, now: datetime) -> None:
     conn.execute(_BUMP_REVISION, {"study_id": study_id, "now": now})
 
 
-def trial_public(row: Row) -> TrialPublic:
-    return TrialPublic(
-        study_id=row.study_id,
-        number=row.number,
-        state=row.state,
-        params=row.params,
-        values=row.values,
-        constraints=row.constraints,
-        feasible=row.feasible,
-        reason=row.reason,
-        worker_id=row.worker_id,
-        lease_expires_at=row.lease_expires_at,
-        retries=row.retries,
-        details=row.details,
-        metadata=row.metadata,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        completed_at=row.completed_at,
-    )
+_TRIAL_FIELDS = tuple(TrialPublic.model_fields)
+
+
+def trial_public(trial: Row | Mapping[str, Any]) -> TrialPublic:
+    """A trial's columns, from a row or from the values just inserted, as the wire model."""
+    columns = trial._mapping if isinstance(trial, Row) else trial
+    return TrialPublic.model_validate({name: columns[name] for name in _TRIAL_FIELDS})
 
 
 def measurement_public(row: Row) -> MeasurementPublic:

@@ -318,7 +318,7 @@ def _commit_ask(
                 started_at=now,
             )
         conn.execute(_INSERT_TRIAL, new)
-        trials += [_public_from_values(t) for t in new]
+        trials += [trial_public(t) for t in new]
         conn.execute(
             _STUDY_AFTER_PROPOSAL,
             {
@@ -386,10 +386,6 @@ def _new_trial(
         "started_at": None,
         "completed_at": None,
     }
-
-
-def _public_from_values(t: dict[str, Any]) -> TrialPublic:
-    return TrialPublic.model_validate({k: v for k, v in t.items() if k != "x"})
 
 
 def expire_leases(
@@ -699,7 +695,7 @@ def enqueue(
                 },
             )
         )
-        return 201, _public_from_values(t)
+        return 201, trial_public(t)
 
     return store.write(tenant_id, idem, fn)
 
