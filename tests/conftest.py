@@ -6,6 +6,7 @@ PostgreSQL is required: when it is down, the tests that need it fail with the re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -27,10 +28,11 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'asktell.db'}"
 
 
-@pytest.fixture(scope="session")
-def pg_server_url() -> Iterator[str]:
-    """A URL for a new, empty PostgreSQL database, dropped at the end of the session."""
-    name = f"asktell_test_{uuid.uuid4().hex[:10]}"
+@contextlib.contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database for the block, dropped afterwards; fails the test
+    (never skips) when PostgreSQL is down."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     try:
         admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
@@ -40,10 +42,18 @@ def pg_server_url() -> Iterator[str]:
         )
     with admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """A URL for a new, empty PostgreSQL database, dropped at the end of the session."""
+    with scratch_database("asktell_test") as url:
+        yield url
 
 
 @pytest.fixture

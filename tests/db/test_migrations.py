@@ -1,6 +1,5 @@
 """The Alembic revisions build exactly the schema of service/db/models.py, on both backends."""
 
-import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -9,7 +8,7 @@ from sqlalchemy import create_engine
 from service.db.migrate import SchemaBehind, check_current, head_revision, upgrade
 from service.db.models import Base
 from service.settings import Settings
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import scratch_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -17,13 +16,8 @@ def empty_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'm.db'}"
         return
-    name = f"asktell_mig_{tmp_path.name[-8:].lower().replace('-', '_')}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield Settings(database_url=PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}").database_url
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database("asktell_mig") as url:
+        yield Settings(database_url=url).database_url
 
 
 def test_upgrade_builds_the_models_schema(empty_url):

@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import scratch_database
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -293,16 +292,5 @@ def server(database_url: str, start_server: Callable[..., Server]) -> Server:
 @pytest.fixture
 def scratch_pg_url() -> Iterator[str]:
     """A new, empty (not migrated) PostgreSQL database, dropped afterwards."""
-    name = f"asktell_it_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(
-            f"PostgreSQL is required at {PG_ADMIN_URL} (set ASKTELL_TEST_PG) and is down: {exc}",
-            pytrace=False,
-        )
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database("asktell_it") as url:
+        yield url
