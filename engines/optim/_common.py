@@ -48,6 +48,32 @@ class MatrixOptimizer(StatefulOptimizer):
     """Base of Muon and OLion: matrices take the subclass's rule (``_update``), groups flagged
     ``adamw=True`` take AdamW."""
 
+    def __init__(
+        self, params: Any, defaults: dict[str, Any], adamw_defaults: Mapping[str, Any]
+    ) -> None:
+        self._adamw_defaults = dict(adamw_defaults)
+        super().__init__(params, {**defaults, "adamw": False})
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        fill_adamw_group(param_group, self._adamw_defaults)
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        check_hparams(group)
+        if not group["adamw"]:
+            self._check_matrix_group(group)
+
+    def _check_matrix_group(self, group: dict[str, Any]) -> None:
+        """Checks of a matrix group; subclasses add their own hyperparameters'."""
+        if int(group["ns_steps"]) < 0:
+            raise ValueError(f"ns_steps must be >= 0, got {group['ns_steps']}")
+        for p in group["params"]:
+            if p.ndim < 2:
+                raise ValueError(
+                    f"{type(self).__name__} steps matrices only; a parameter of shape "
+                    f"{tuple(p.shape)} belongs in a group with adamw=True "
+                    "(split_matrix_params(model) builds the split)"
+                )
+
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         raise TypeError(f"{type(self).__name__} must define _update")
 
@@ -109,6 +135,13 @@ def adamw_update(p: Tensor, grad: Tensor, state: dict[str, Any], group: Mapping[
     denom = (v / (1.0 - beta2**t)).sqrt_().add_(eps)
     p.mul_(1.0 - lr * wd)
     p.addcdiv_(m, denom, value=-lr / (1.0 - beta1**t))
+
+
+def adamw_defaults(
+    lr: float, betas: tuple[float, float], eps: float, weight_decay: float
+) -> dict[str, Any]:
+    """The hyperparameters of the ``adamw=True`` groups of Muon and OLion."""
+    return {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
 
 
 def fill_adamw_group(group: dict[str, Any], adamw_defaults: Mapping[str, Any]) -> None:

@@ -47,11 +47,10 @@ from torch import Tensor, nn
 
 from engines.optim._common import (
     MatrixOptimizer,
+    adamw_defaults,
     adamw_update,
-    check_hparams,
     dense_grad,
     evaluate,
-    fill_adamw_group,
     fw_gap_term,
     split_matrix_params,
 )
@@ -68,12 +67,6 @@ def shape_scale(rows: int, cols: int, kind: str) -> float:
     if kind == "moonlight":
         return 0.2 * math.sqrt(max(rows, cols))
     raise ValueError(f"shape_scale must be 'muon' or 'moonlight', got {kind!r}")
-
-
-def _adamw_defaults(
-    lr: float, betas: tuple[float, float], eps: float, weight_decay: float
-) -> dict[str, Any]:
-    return {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
 
 
 class Muon(MatrixOptimizer):
@@ -97,7 +90,6 @@ class Muon(MatrixOptimizer):
         adamw_eps: float = 1e-10,
         adamw_weight_decay: float = 0.0,
     ) -> None:
-        self._adamw_defaults = _adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
         defaults = {
             "lr": lr,
             "momentum": momentum,
@@ -105,29 +97,13 @@ class Muon(MatrixOptimizer):
             "weight_decay": weight_decay,
             "ns_steps": ns_steps,
             "shape_scale": shape_scale,
-            "adamw": False,
         }
-        super().__init__(params, defaults)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        fill_adamw_group(param_group, self._adamw_defaults)
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        check_hparams(group)
-        if not group["adamw"]:
-            self._check_matrix_group(group)
+        adamw = adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
+        super().__init__(params, defaults, adamw)
 
     def _check_matrix_group(self, group: dict[str, Any]) -> None:
+        super()._check_matrix_group(group)
         shape_scale(1, 1, group["shape_scale"])
-        if int(group["ns_steps"]) < 0:
-            raise ValueError(f"ns_steps must be >= 0, got {group['ns_steps']}")
-        for p in group["params"]:
-            if p.ndim < 2:
-                raise ValueError(
-                    f"{type(self).__name__} steps matrices only; a parameter of shape "
-                    f"{tuple(p.shape)} belongs in a group with adamw=True "
-                    "(muon_param_groups(model) builds the split)"
-                )
 
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
@@ -192,7 +168,6 @@ class MuonPlus(Muon):
         vr: bool = False,
         vr_a: float = 0.1,
     ) -> None:
-        self._adamw_defaults = _adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
         defaults = {
             **ROBUST_DEFAULTS,
             "lr": lr,
@@ -201,7 +176,6 @@ class MuonPlus(Muon):
             "weight_decay": weight_decay,
             "ns_steps": ns_steps,
             "shape_scale": shape_scale,
-            "adamw": False,
             "tau": tau,
             "tau_exponent": tau_exponent,
             "tau_quantile": tau_quantile,
@@ -210,7 +184,8 @@ class MuonPlus(Muon):
             "vr": vr,
             "vr_a": vr_a,
         }
-        MatrixOptimizer.__init__(self, params, defaults)
+        adamw = adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
+        MatrixOptimizer.__init__(self, params, defaults, adamw)
 
     def _check_matrix_group(self, group: dict[str, Any]) -> None:
         super()._check_matrix_group(group)

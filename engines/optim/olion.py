@@ -45,8 +45,7 @@ from torch import Tensor, nn
 
 from engines.optim._common import (
     MatrixOptimizer,
-    check_hparams,
-    fill_adamw_group,
+    adamw_defaults,
     split_matrix_params,
 )
 from engines.optim._newton_schulz import as_matrix, newton_schulz5
@@ -77,12 +76,6 @@ class OLion(MatrixOptimizer):
         adamw_eps: float = 1e-10,
         adamw_weight_decay: float = 0.0,
     ) -> None:
-        self._adamw_defaults = {
-            "lr": adamw_lr,
-            "betas": tuple(adamw_betas),
-            "eps": adamw_eps,
-            "weight_decay": adamw_weight_decay,
-        }
         defaults = {
             "lr": lr,
             "momentum": momentum,
@@ -92,27 +85,14 @@ class OLion(MatrixOptimizer):
             "eps": eps,
             "use_scale": use_scale,
             "rms_scale": rms_scale,
-            "adamw": False,
         }
-        super().__init__(params, defaults)
+        adamw = adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
+        super().__init__(params, defaults, adamw)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        fill_adamw_group(param_group, self._adamw_defaults)
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        check_hparams(group)
-        if group["adamw"]:
-            return
-        if int(group["ns_steps"]) < 0:
-            raise ValueError(f"ns_steps must be >= 0, got {group['ns_steps']}")
+    def _check_matrix_group(self, group: dict[str, Any]) -> None:
+        super()._check_matrix_group(group)
         if group["rms_scale"] is not None and group["rms_scale"] <= 0.0:
             raise ValueError(f"rms_scale must be > 0 or None, got {group['rms_scale']}")
-        for p in group["params"]:
-            if p.ndim < 2:
-                raise ValueError(
-                    f"OLion steps matrices only; a parameter of shape {tuple(p.shape)} belongs "
-                    "in a group with adamw=True (olion_param_groups(model) builds the split)"
-                )
 
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
