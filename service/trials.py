@@ -275,10 +275,9 @@ def _commit_ask(
     lease_until = _lease_until(spec, req, now)
     trials: list[TrialPublic] = []
     if plan.handed:
-        ids = [r.id for r in plan.handed]
-        conn.execute(
+        rows = conn.execute(
             update(trials_t)
-            .where(trials_t.c.id.in_(ids))
+            .where(trials_t.c.id.in_([r.id for r in plan.handed]))
             .values(
                 retries=trials_t.c.retries + case((trials_t.c.state == "stale", 1), else_=0),
                 state="running",
@@ -286,11 +285,9 @@ def _commit_ask(
                 lease_expires_at=lease_until,
                 started_at=func.coalesce(trials_t.c.started_at, now),
             )
-        )
-        rows = conn.execute(
-            select(trials_t).where(trials_t.c.id.in_(ids)).order_by(trials_t.c.number)
-        )
-        trials += [trial_public(r) for r in rows]
+            .returning(*trials_t.c)
+        ).all()
+        trials += [trial_public(r) for r in sorted(rows, key=lambda r: r.number)]
 
     if plan.need > 0:
         if version is None:
