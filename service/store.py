@@ -72,13 +72,18 @@ class Store:
         # The key is stored with the change, in one statement. A repeat of a committed request
         # either fails on the unique key when it stores its own answer (the whole transaction
         # rolls back), or fails earlier because the first one changed the state (a finished
-        # trial); in both cases the stored answer of the first is replayed.
+        # trial); in both cases the stored answer of the first is replayed. Any other unique
+        # violation comes from a concurrent insert (two creates of one study name): the
+        # request runs once more and now sees what the other one committed.
         try:
-            return self.db.write(run)
+            try:
+                return self.db.write(run)
+            except IntegrityError:
+                stored = self._replay(tenant_id, idem)
+                if stored is not None:
+                    return stored
+                return self.db.write(run)
         except IntegrityError as exc:
-            stored = self._replay(tenant_id, idem)
-            if stored is not None:
-                return stored
             raise conflict("conflict", "the request conflicts with a concurrent change") from exc
         except ApiError:
             stored = self._replay(tenant_id, idem)

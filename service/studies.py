@@ -24,7 +24,7 @@ from client.models import (
 )
 from engines.errors import EngineOptionsError, SpaceError
 from engines.metrics import hypervolume, non_dominated
-from service.errors import ApiError, conflict, invalid, not_found
+from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
 from service.store import (
@@ -125,14 +125,7 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
         study_id = _insert_study(conn, tenant_id, body)
         return 201, _public(store, conn, get_study_row(conn, tenant_id, study_id))
 
-    try:
-        return store.write(tenant_id, idem, fn)
-    except ApiError as exc:
-        if exc.code != "conflict":
-            raise
-        # Another request created the same name at the same moment (the unique index said
-        # so): this time the study is found and returned.
-        return store.write(tenant_id, idem, fn)
+    return store.write(tenant_id, idem, fn)
 
 
 def _public(store: Store, conn: Connection, row: Row) -> StudyPublic:

@@ -371,3 +371,18 @@ def test_restart_keeps_studies_trials_and_idempotency_keys(
         (nxt,) = study.ask(worker_id="new")
         assert nxt.number == 4 and nxt.params not in [t["params"] for t in before_trials]
         assert study.best().trials[0].number in (0, 1)
+
+
+def test_concurrent_creates_of_one_name_return_one_study(server: Server) -> None:
+    """Every worker calling create_study at start-up gets the same study, never a 409."""
+    name = f"race-{uuid.uuid4().hex[:8]}"
+
+    def create(_: int) -> int:
+        with Client(server.url, retries=0) as client:
+            return client.create_study(name, [FLOAT_X, FLOAT_Y]).id
+
+    for _ in range(3):
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            ids = list(pool.map(create, range(6)))
+        assert len(set(ids)) == 1, ids
+        name = f"race-{uuid.uuid4().hex[:8]}"
