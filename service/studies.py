@@ -206,8 +206,9 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
 
 
 def _best_trials(conn: Connection, study_id: int, spec: StudySpec) -> list[TrialPublic]:
-    rows = conn.execute(
-        select(trials_t)
+    # Rank on the values alone; only the winners are read whole.
+    scored = conn.execute(
+        select(trials_t.c.id, trials_t.c["values"])
         .where(
             trials_t.c.study_id == study_id,
             trials_t.c.state == "completed",
@@ -215,12 +216,15 @@ def _best_trials(conn: Connection, study_id: int, spec: StudySpec) -> list[Trial
         )
         .order_by(trials_t.c.number)
     ).all()
-    if not rows:
+    if not scored:
         return []
-    Y = np.array([[r.values[n] for n in spec.objective_names] for r in rows]) * spec.signs
+    Y = np.array([[r.values[n] for n in spec.objective_names] for r in scored]) * spec.signs
     if len(spec.objective_names) == 1:
-        return [trial_public(rows[int(np.argmin(Y[:, 0]))])]
-    return [trial_public(r) for r, keep in zip(rows, non_dominated(Y), strict=True) if keep]
+        ids = [scored[int(np.argmin(Y[:, 0]))].id]
+    else:
+        ids = [r.id for r, keep in zip(scored, non_dominated(Y), strict=True) if keep]
+    rows = conn.execute(select(trials_t).where(trials_t.c.id.in_(ids)).order_by(trials_t.c.number))
+    return [trial_public(r) for r in rows]
 
 
 def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
