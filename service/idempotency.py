@@ -38,12 +38,15 @@ class IdemKey:
 
 
 @dataclass(frozen=True)
-class Stored:
+class Answer:
+    """The answer to a write: HTTP status and the JSON body, already serialized; stored under
+    an idempotency key and replayed from it."""
+
     status: int
     body: str
 
 
-def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Stored | None:
+def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Answer | None:
     """The stored response for ``idem``, or ``None`` when the key is new.
 
     Raises:
@@ -62,14 +65,14 @@ def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Stored | None:
             "this Idempotency-Key was already used with a different request; "
             "send a new key for a new request",
         )
-    return Stored(row.status_code, row.response)
+    return Answer(row.status_code, row.response)
 
 
 _REMEMBER = insert(_keys)
 
 
 def remember(
-    conn: Connection, tenant_id: int, idem: IdemKey, stored: Stored, now: datetime
+    conn: Connection, tenant_id: int, idem: IdemKey, stored: Answer, now: datetime
 ) -> None:
     """Store the answer under the key, in the transaction of the change it answers for.
 

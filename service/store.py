@@ -19,15 +19,12 @@ from client.models import MeasurementPublic, StudyConfig, StudyPublic, TrialPubl
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
 from service.errors import ApiError, conflict, not_found
-from service.idempotency import IdemKey, Stored, remember, replay
+from service.idempotency import Answer, IdemKey, remember, replay
 from service.problem import SpecCache, StudySpec
 
 studies_t = Study.__table__
 trials_t = Trial.__table__
 measurements_t = Measurement.__table__
-
-#: Result of a write: HTTP status and the JSON body, already serialized.
-Written = Stored
 
 
 def utcnow() -> datetime:
@@ -59,12 +56,12 @@ class Store:
         tenant_id: int,
         idem: IdemKey | None,
         fn: Callable[[Connection], tuple[int, BaseModel]],
-    ) -> Written:
+    ) -> Answer:
         """Run ``fn`` in a write transaction, honouring the idempotency key."""
 
-        def run(conn: Connection) -> Written:
+        def run(conn: Connection) -> Answer:
             status, model = fn(conn)
-            written = Written(status, model.model_dump_json())
+            written = Answer(status, model.model_dump_json())
             if idem is not None:
                 remember(conn, tenant_id, idem, written, utcnow())
             return written
@@ -91,7 +88,7 @@ class Store:
                 return stored
             raise
 
-    def _replay(self, tenant_id: int, idem: IdemKey | None) -> Stored | None:
+    def _replay(self, tenant_id: int, idem: IdemKey | None) -> Answer | None:
         if idem is None:
             return None
         return self.db.read(lambda conn: replay(conn, tenant_id, idem))

@@ -28,8 +28,8 @@ from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
 from service.store import (
+    Answer,
     Store,
-    Written,
     get_study_row,
     measurements_t,
     studies_t,
@@ -95,7 +95,7 @@ def _insert_study(conn: Connection, tenant_id: int, body: StudyCreate) -> int:
     ).scalar_one()
 
 
-def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey | None) -> Written:
+def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey | None) -> Answer:
     """Create a study, or return the live study of that name when its config is the same.
 
     Returns 201 for a new study, 200 for an existing one.
@@ -155,7 +155,7 @@ def list_studies(store: Store, tenant_id: int, after: int | None, limit: int) ->
 
 def update_study(
     store: Store, tenant_id: int, study_id: int, body: StudyUpdate, idem: IdemKey | None
-) -> Written:
+) -> Answer:
     """Change the state and merge metadata (a key set to null is removed)."""
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
@@ -332,7 +332,7 @@ def export_csv(export: StudyExport) -> str:
 
 def import_study(
     store: Store, tenant_id: int, body: StudyExport, name: str | None, idem: IdemKey | None
-) -> Written:
+) -> Answer:
     """Create a new study from an export, with the same trial numbers, states and results.
 
     Trials that were running when exported come back as ``stale`` (no worker holds them here).

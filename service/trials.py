@@ -46,8 +46,8 @@ from service.errors import ApiError, conflict, invalid, not_found, unavailable
 from service.idempotency import IdemKey, replay
 from service.problem import StudySpec
 from service.store import (
+    Answer,
     Store,
-    Written,
     bump_revision,
     get_study_row,
     measurement_public,
@@ -149,7 +149,7 @@ def _load_study(conn: Connection, tenant_id: int, study_id: int, lock: bool) -> 
 
 def ask(
     store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
-) -> Written:
+) -> Answer:
     """Hand out ``req.count`` trials; see the module docstring for how."""
     spec = store.spec_for(study_id)
     if not spec.engine.uses_observations:
@@ -527,7 +527,7 @@ def validate_results(
 
 def tell(
     store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
-) -> Written:
+) -> Answer:
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
         trial = _trial_for_update(conn, tenant_id, study_id, number, now)
@@ -559,7 +559,7 @@ def report(
     number: int,
     req: ReportRequest,
     idem: IdemKey | None,
-) -> Written:
+) -> Answer:
     """Store an intermediate measurement (replacing one at the same step) and extend the lease."""
 
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
@@ -603,7 +603,7 @@ def heartbeat(
     number: int,
     req: HeartbeatRequest,
     idem: IdemKey | None,
-) -> Written:
+) -> Answer:
     """Extend a running trial's lease. A ``stale`` trial not yet re-served is taken back.
 
     With ``worker_id``, a trial that was re-served to another worker is a 409
@@ -651,7 +651,7 @@ def heartbeat(
 
 def enqueue(
     store: Store, tenant_id: int, study_id: int, req: TrialCreate, idem: IdemKey | None
-) -> Written:
+) -> Answer:
     """Add a user-chosen point; served before engine points. With values, it is completed."""
 
     def fn(conn: Connection) -> tuple[int, TrialPublic]:

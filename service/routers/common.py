@@ -8,12 +8,12 @@ from fastapi import Path, Response
 from fastapi.routing import APIRoute
 
 from service.errors import invalid
-from service.store import Written
+from service.store import Answer
 
 JSON = "application/json"
 
 
-def written(result: Written) -> Response:
+def written(result: Answer) -> Response:
     """A stored or fresh write result as a response (its body is already JSON)."""
     return Response(content=result.body, status_code=result.status, media_type=JSON)
 
