@@ -69,6 +69,9 @@ class Problem:
 class History:
     """The observations of a study, as arrays.
 
+    Rows are in the order the trials completed, oldest first; engines such as turbo-enn use the
+    row index as a position in time.
+
     Attributes:
         X: ``(n, d)`` float64 in [0, 1], the completed trials.
         Y: ``(n, m)`` float64, their objective values, every objective as minimization.
@@ -127,6 +130,9 @@ class Engine(Protocol):
     #: Whether ``suggest`` reads completed observations. Engines that do not (``random``) let
     #: the service skip loading them; ``X_pending`` is always given.
     uses_observations: ClassVar[bool]
+    #: The most objectives the engine handles (``None``: any number). A study with more is
+    #: refused at creation; ``suggest`` raises ``EngineUnsupported`` for it.
+    max_objectives: ClassVar[int | None]
 
     def suggest(
         self,

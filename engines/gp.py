@@ -119,6 +119,7 @@ class GPEngine:
 
     name: ClassVar[str] = "gp"
     uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = None
 
     n_initial: int | None = None
     num_restarts: int = 8

@@ -99,6 +99,7 @@ class RandomEngine:
 
     name: ClassVar[str] = "random"
     uses_observations: ClassVar[bool] = False
+    max_objectives: ClassVar[int | None] = None
 
     def suggest(
         self,

@@ -16,6 +16,7 @@ from engines.errors import EngineOptionsError
 _ENGINES: dict[str, str] = {
     "random": "engines.quasirandom:RandomEngine",
     "gp": "engines.gp:GPEngine",
+    "turbo-enn": "engines.turbo_enn:TurboENNEngine",
 }
 
 

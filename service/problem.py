@@ -22,6 +22,7 @@ from client.models import (
     StudyConfig,
 )
 from engines.base import Engine, Problem
+from engines.errors import EngineUnsupported
 from engines.registry import make_engine
 from engines.space import CategoricalParam, FixedParam, FloatParam, IntParam, Param, SearchSpace
 
@@ -68,6 +69,7 @@ def build_spec(config: StudyConfig) -> StudySpec:
     Raises:
         SpaceError: the search space is invalid.
         EngineOptionsError: the engine name or its options are invalid.
+        EngineUnsupported: the engine cannot optimize this many objectives.
         ValueError: objectives or constraints are inconsistent (duplicate names).
     """
     space = SearchSpace([to_param(p) for p in config.parameters])
@@ -88,10 +90,16 @@ def build_spec(config: StudyConfig) -> StudySpec:
         n_constraints=len(config.constraints),
         reference_point=reference_point,
     )
+    engine = make_engine(config.engine.name, config.engine.options)
+    if engine.max_objectives is not None and problem.n_objectives > engine.max_objectives:
+        raise EngineUnsupported(
+            f"engine {engine.name!r} optimizes at most {engine.max_objectives} objective(s), "
+            f"the study has {problem.n_objectives}"
+        )
     return StudySpec(
         config=config,
         problem=problem,
-        engine=make_engine(config.engine.name, config.engine.options),
+        engine=engine,
         signs=signs,
         objective_names=tuple(o.name for o in config.objectives),
         constraint_names=tuple(c.name for c in config.constraints),

@@ -22,7 +22,7 @@ from client.models import (
     TrialExport,
     TrialPublic,
 )
-from engines.errors import EngineOptionsError, SpaceError
+from engines.errors import EngineOptionsError, EngineUnsupported, SpaceError
 from engines.metrics import hypervolume, non_dominated
 from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
@@ -43,13 +43,16 @@ from service.trials import validate_results
 
 
 def validate_config(config: StudyConfig) -> StudySpec:
-    """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine`` or ``invalid_study``."""
+    """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine``,
+    ``engine_unsupported`` or ``invalid_study``."""
     try:
         return build_spec(config)
     except SpaceError as exc:
         raise invalid("invalid_search_space", str(exc)) from exc
     except EngineOptionsError as exc:
         raise invalid("invalid_engine", str(exc)) from exc
+    except EngineUnsupported as exc:
+        raise invalid("engine_unsupported", str(exc)) from exc
     except ValueError as exc:
         raise invalid("invalid_study", str(exc)) from exc
 

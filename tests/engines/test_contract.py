@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from engines.base import History, Problem
-from engines.registry import engine_names, make_engine
+from engines.errors import EngineUnsupported
+from engines.registry import engine_class, engine_names, make_engine
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 SPACE = SearchSpace(
@@ -54,6 +55,11 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 def test_returns_exactly_count_points_in_the_cube(engine_name, problem_name, n_observations):
     problem = PROBLEMS[problem_name]
     history = _history(problem, n_observations, pending=2)
+    limit = engine_class(engine_name).max_objectives
+    if limit is not None and problem.n_objectives > limit:
+        with pytest.raises(EngineUnsupported):
+            make_engine(engine_name).suggest(problem, history, 1, {}, np.random.default_rng(0))
+        return
     before = copy.deepcopy(history)
     state: dict = {}
     for count in (1, 3):

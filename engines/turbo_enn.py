@@ -1,0 +1,429 @@
+"""The ``turbo-enn`` engine: trust-region BO with an Epistemic Nearest Neighbors surrogate.
+
+Method [Sweet2025enn]. TuRBO-1 [Eriksson2019turbo] with its Gaussian process replaced by ENN
+(``engines.enn``), whose fit and query cost O(N), so that proposals stay fast at tens of
+thousands of observations. One trust region (TR) at a time:
+
+- Initial design: ``n_initial`` (default ``2 d``) scrambled Sobol points per TR.
+- The TR is the box of side ``L`` centred on the incumbent ``x_c``, clipped to the unit cube
+  (isotropic: ENN has no lengthscales). ``L`` starts at 0.8.
+- Candidates (RAASP): ``M = min(5000, 100 d)`` points equal to ``x_c`` except in the
+  coordinates of a random mask (each perturbed with probability ``min(20 / d, 1)``, at least
+  one), where they take scrambled Sobol values inside the box.
+- Selection of ``q`` points among the candidates, by the ENN posterior ``(mu, sigma)``:
+  - ``noisy = false`` (default): non-dominated sorting of (low ``mu``, high ``sigma``) with
+    ``a = 0, b = 1`` and no fit: the Pareto set of that pair is the same for every ``b``.
+    Whole fronts in rank order; the front that does not fit is sampled without replacement.
+  - ``noisy = true``: ``(a, b)`` fitted by leave-one-out likelihood (warm-started from the
+    last fit), then the ``q`` best lower confidence bounds ``mu - sigma`` (the paper's
+    ``mu + sigma`` for maximization); the centre is the point of lowest posterior mean among
+    the ``k`` best observations rather than the single best observation.
+- After each batch, with ``y*`` the best value of the TR so far and ``R`` the range of its
+  values: a success when the batch's best is below ``y* - 1e-3 R``, a failure otherwise.
+  ``success_tolerance`` (3) successes in a row double ``L`` (at most 1.6);
+  ``failure_tolerance`` (``ceil(max(4 / q, d / q))``) failures in a row halve it. Below
+  ``0.5^7`` the TR restarts: it forgets its local data and begins a new initial design.
+
+Our design:
+
+- State, not data: the engine keeps only the TR's bookkeeping in the study's JSON state. The
+  TR's data are the rows of ``History`` from ``tr_start`` on (rows are in completion order),
+  so a restart moves ``tr_start`` and nothing is copied; the study's history and best are
+  untouched. Observations are counted into the TR when the engine next sees them: a batch is
+  whatever completed since the last ask, and a trial asked before a restart and told after
+  it joins the new TR. The TR counts no success or failure until it has as many completed
+  rows as initial points handed out (the initial design is not a TR step).
+- Outcome constraints pick the incumbent (the best feasible point; while none is feasible,
+  the one of least total violation) and the success test; ENN models the objective only.
+- A prefilter keeps only the observations that can be a neighbour of some candidate: those
+  within ``rho + d_K(x_c)`` of the box, ``rho`` the largest distance from ``x_c`` to the
+  box and ``d_K(x_c)`` the distance of its ``K``-th neighbour (triangle inequality). Exact.
+- Candidates are snapped to the parameter grid; duplicates and pending points are dropped.
+  Pending trials get no fantasy values: the batch's spread comes from the selection rule.
+- Single objective only: a multi-objective study gets ``EngineUnsupported``.
+
+References:
+    [Sweet2025enn] D. Sweet, S. A. Jadhav. Taking the GP out of the loop. arXiv 2506.12818,
+        2025.
+    [Eriksson2019turbo] D. Eriksson, M. Pearce, J. Gardner, R. D. Turner, M. Poloczek.
+        Scalable global optimization via local Bayesian optimization. NeurIPS 2019.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.stats import qmc
+
+from engines.base import JSON, History, Problem, Proposal
+from engines.enn import ENN, ENNParams, nearest
+from engines.errors import EngineUnsupported
+from engines.quasirandom import SobolStream, sobol_points
+
+_STATE_VERSION = 1
+#: Relative improvement (of the TR's value range) that counts as a success.
+_IMPROVEMENT = 1e-3
+
+
+@dataclass(frozen=True)
+class TrustRegion:
+    """The engine's JSON state; see the module docstring."""
+
+    version: int
+    seed: int  # of the Sobol stream of initial designs
+    index: int  # next point of that stream
+    generation: int  # restarts so far
+    tr_start: int  # first History row of the current TR
+    n_seen: int  # History rows already counted
+    n_init_given: int  # initial points handed out in this TR
+    length: float
+    successes: int
+    failures: int
+    best: list[float] | None  # incumbent key: [violation, value]
+    last_q: int
+    b: float
+    a: float
+
+    @classmethod
+    def parse(cls, state: JSON, history: History) -> TrustRegion | None:
+        try:
+            tr = cls(**state)
+        except TypeError:
+            return None
+        ints = [tr.version, tr.seed, tr.index, tr.generation, tr.tr_start, tr.n_seen]
+        ints += [tr.n_init_given, tr.successes, tr.failures, tr.last_q]
+        if not all(type(v) is int and v >= 0 for v in ints) or tr.version != _STATE_VERSION:
+            return None
+        if not tr.tr_start <= tr.n_seen <= history.n:
+            return None
+        floats = (tr.length, tr.b, tr.a)
+        if not all(isinstance(v, float | int) and math.isfinite(v) and v >= 0 for v in floats):
+            return None
+        if tr.best is not None and not (
+            isinstance(tr.best, list)
+            and len(tr.best) == 2
+            and all(isinstance(v, float | int) and math.isfinite(v) for v in tr.best)
+        ):
+            return None
+        return tr
+
+
+@dataclass
+class TurboENNEngine:
+    """TuRBO-1 with an ENN surrogate; see the module docstring.
+
+    Options:
+        noisy: the objective is noisy: fit ENN and select by lower confidence bound; when
+            false (the default, for deterministic objectives), select by non-dominated sorting
+            without a fit, the paper's fastest variant.
+        n_initial: Sobol points that start each trust region; ``None`` means ``2 d``.
+        k_neighbors: ``K``, neighbours per ENN prediction.
+        n_candidates: RAASP candidates per ask; ``None`` means ``min(5000, 100 d)``.
+        success_tolerance: successes in a row that double the TR.
+        failure_tolerance: failures in a row that halve it; ``None`` means
+            ``ceil(max(4 / q, d / q))`` with ``q`` the last batch size.
+        length_init, length_min, length_max: the TR side at a start, the restart threshold and
+            the cap.
+        fit_candidates, fit_samples: random-search size and leave-one-out rows of the fit
+            (``noisy`` only).
+    """
+
+    name: ClassVar[str] = "turbo-enn"
+    uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = 1
+
+    noisy: bool = False
+    n_initial: int | None = None
+    k_neighbors: int = 10
+    n_candidates: int | None = None
+    success_tolerance: int = 3
+    failure_tolerance: int | None = None
+    length_init: float = 0.8
+    length_min: float = 0.5**7
+    length_max: float = 1.6
+    fit_candidates: int = 30
+    fit_samples: int = 100
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("n_initial", self.n_initial, 1, 10_000, True),
+            ("k_neighbors", self.k_neighbors, 1, 1_000, False),
+            ("n_candidates", self.n_candidates, 1, 100_000, True),
+            ("success_tolerance", self.success_tolerance, 1, 1_000, False),
+            ("failure_tolerance", self.failure_tolerance, 1, 1_000, True),
+            ("fit_candidates", self.fit_candidates, 1, 10_000, False),
+            ("fit_samples", self.fit_samples, 2, 100_000, False),
+        ]
+        for name, value, low, high, nullable in checks:
+            if value is None and nullable:
+                continue
+            if value is None or not low <= value <= high:
+                raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+        if not 0 < self.length_min <= self.length_init <= self.length_max <= 2:
+            raise ValueError(
+                "need 0 < length_min <= length_init <= length_max <= 2, got "
+                f"{self.length_min}, {self.length_init}, {self.length_max}"
+            )
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        if problem.n_objectives > 1:
+            raise EngineUnsupported(
+                "turbo-enn optimizes one objective; use 'pom' or 'gp' for several"
+            )
+        d = problem.d
+        tr = TrustRegion.parse(state, history) or self._fresh(history, rng)
+        tr = self._absorb(tr, history, d)
+        if tr.length < self.length_min:
+            tr = self._restart(tr, history)
+        stream = SobolStream(d, tr.seed, tr.index)
+
+        n_init = self._n_initial(d)
+        tr_rows = history.n - tr.tr_start
+        n_sobol = count if d == 0 else min(count, max(0, n_init - tr.n_init_given))
+        if tr_rows == 0:  # nothing told in this TR yet: nothing to centre on
+            n_sobol = count
+        X_sobol = sobol_points(problem, history.X_pending, n_sobol, stream)
+        details: list[JSON] = [
+            {"source": "sobol", "generation": tr.generation} for _ in range(n_sobol)
+        ]
+        X = X_sobol
+        a, b = tr.a, tr.b
+        if count > n_sobol:
+            taken = np.vstack([history.X_pending, X_sobol])
+            X_tr, params = self._trust_region_points(
+                problem, history, tr, taken, count - n_sobol, rng
+            )
+            a, b = params.a, params.b
+            X = np.vstack([X, X_tr])
+            detail = {
+                "source": "turbo-enn",
+                "generation": tr.generation,
+                "length": tr.length,
+                "selection": "lcb" if self.noisy else "pareto",
+            }
+            details += [dict(detail) for _ in range(len(X_tr))]
+            if len(X) < count:  # the grid ran out of distinct candidates
+                fill = sobol_points(problem, np.vstack([taken, X_tr]), count - len(X), stream)
+                X = np.vstack([X, fill])
+                details += [{"source": "sobol", "generation": tr.generation} for _ in fill]
+        tr = replace(
+            tr,
+            index=stream.index,
+            n_init_given=tr.n_init_given + n_sobol,
+            last_q=count,
+            a=float(a),
+            b=float(b),
+        )
+        return Proposal(X=X.reshape(count, d), state=asdict(tr), details=details)
+
+    def _n_initial(self, d: int) -> int:
+        return self.n_initial if self.n_initial is not None else max(1, 2 * d)
+
+    def _fresh(self, history: History, rng: np.random.Generator) -> TrustRegion:
+        """A TR over the whole history: a lost state is rebuilt, never a study lost."""
+        return TrustRegion(
+            version=_STATE_VERSION,
+            seed=int(rng.integers(2**31)),
+            index=0,
+            generation=0,
+            tr_start=0,
+            n_seen=0,
+            n_init_given=history.n + len(history.X_pending),
+            length=self.length_init,
+            successes=0,
+            failures=0,
+            best=None,
+            last_q=1,
+            b=1.0,
+            a=0.0,
+        )
+
+    def _restart(self, tr: TrustRegion, history: History) -> TrustRegion:
+        return replace(
+            tr,
+            generation=tr.generation + 1,
+            tr_start=history.n,
+            n_seen=history.n,
+            n_init_given=0,
+            length=self.length_init,
+            successes=0,
+            failures=0,
+            best=None,
+            b=1.0,
+            a=0.0,
+        )
+
+    def _absorb(self, tr: TrustRegion, history: History, d: int) -> TrustRegion:
+        """Count the rows told since the last ask as one batch: success, failure, resize."""
+        if history.n == tr.n_seen:
+            return tr
+        keys = _keys(history.Y[tr.tr_start :, 0], history.C[tr.tr_start :])
+        new = keys[tr.n_seen - tr.tr_start :]
+        batch_best = tuple(float(v) for v in new[_best_row(new)])
+        tr = replace(tr, n_seen=history.n)
+        if tr.best is None or history.n - tr.tr_start <= tr.n_init_given:
+            best = batch_best if tr.best is None else min(tuple(tr.best), batch_best)
+            return replace(tr, best=[float(v) for v in best])
+        old = keys[: len(keys) - len(new)]
+        values = old[:, 1][old[:, 0] == 0]
+        spread = float(values.max() - values.min()) if len(values) else 0.0
+        best_violation, best_value = tr.best
+        if best_violation > 0:  # no feasible point yet: less violation is progress
+            improved = batch_best[0] < best_violation * (1 - _IMPROVEMENT)
+        else:
+            improved = batch_best[0] == 0 and batch_best[1] < best_value - _IMPROVEMENT * spread
+        successes = tr.successes + 1 if improved else 0
+        failures = 0 if improved else tr.failures + 1
+        length = tr.length
+        fail_tol = self.failure_tolerance or math.ceil(max(4 / tr.last_q, d / tr.last_q))
+        if successes >= self.success_tolerance:
+            length, successes = min(2.0 * length, self.length_max), 0
+        if failures >= fail_tol:
+            length, failures = length / 2.0, 0
+        new_best = [float(v) for v in min(tuple(tr.best), batch_best)]
+        return replace(tr, successes=successes, failures=failures, length=length, best=new_best)
+
+    def _trust_region_points(
+        self,
+        problem: Problem,
+        history: History,
+        tr: TrustRegion,
+        taken: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, ENNParams]:
+        """Up to ``count`` points from the TR, ``(<= count, d)`` snapped, and the ENN scales."""
+        d = problem.d
+        X = history.X[tr.tr_start :]
+        y = history.Y[tr.tr_start :, :1]
+        enn = ENN(X, y, k=self.k_neighbors)
+        params = ENNParams()
+        if self.noisy:
+            warm = ENNParams(b=tr.b, a=tr.a)
+            params = enn.fit(rng, self.fit_candidates, self.fit_samples, warm_start=warm)
+        centre = X[self._centre(enn, params, history.C[tr.tr_start :])]
+        lower = np.clip(centre - tr.length / 2, 0.0, 1.0)
+        upper = np.clip(centre + tr.length / 2, 0.0, 1.0)
+
+        cands = self._candidates(centre, lower, upper, rng)
+        cands = _distinct(problem.space.snap(cands), taken)
+        if len(cands) == 0:
+            return np.zeros((0, d)), params
+        enn = _prefilter(enn, centre, lower, upper)
+        mu, sigma = enn.posterior(cands, params)
+        pick = count if len(cands) >= count else len(cands)
+        if self.noisy:
+            chosen = _lowest(mu[:, 0] - sigma[:, 0], pick, rng)
+        else:
+            chosen = _pareto_select(mu[:, 0], sigma[:, 0], pick, rng)
+        return cands[chosen], params
+
+    def _centre(self, enn: ENN, params: ENNParams, C: np.ndarray) -> int:
+        """Row of the TR's incumbent: the best key; when noisy, the lowest posterior mean
+        among the ``k`` best keys."""
+        keys = _keys(enn.Y[:, 0], C)
+        if not self.noisy:
+            return _best_row(keys)
+        order = np.lexsort((keys[:, 1], keys[:, 0]))
+        top = order[: min(self.k_neighbors, len(order))]
+        mu, _ = enn.posterior(enn.X[top], params, observation_noise=True)
+        return int(top[np.argmin(mu[:, 0])])
+
+    def _candidates(
+        self, centre: np.ndarray, lower: np.ndarray, upper: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """RAASP: ``(M, d)`` points equal to ``centre`` outside a random mask."""
+        d = len(centre)
+        M = self.n_candidates or min(5000, 100 * d)
+        sobol = qmc.Sobol(d, scramble=True, seed=rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # M need not be a power of two
+            values = lower + (upper - lower) * sobol.random(M)
+        mask = rng.random((M, d)) < min(20.0 / d, 1.0)
+        empty = np.flatnonzero(~mask.any(axis=1))
+        mask[empty, rng.integers(0, d, len(empty))] = True
+        return np.where(mask, values, centre)
+
+
+def _keys(values: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """``(n, 2)`` incumbent keys ``[total violation, value]``: lexicographically smaller is
+    better, so every feasible point beats every infeasible one."""
+    violation = np.maximum(C, 0.0).sum(axis=1) if C.shape[1] else np.zeros(len(values))
+    return np.column_stack([violation, values])
+
+
+def _best_row(keys: np.ndarray) -> int:
+    """The first row of the smallest key."""
+    return int(np.lexsort((keys[:, 1], keys[:, 0]))[0])
+
+
+def _distinct(X: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """The rows of ``X`` in order, without repeats and without rows of ``taken``."""
+    seen = {row.tobytes() for row in taken}
+    keep = []
+    for i, row in enumerate(X):
+        key = row.tobytes()
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return X[keep]
+
+
+def _prefilter(enn: ENN, centre: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> ENN:
+    """ENN on the observations that can be a neighbour of a point of the box (module
+    docstring); the same predictions at a fraction of the search cost late in a TR."""
+    k = min(enn.k, enn.n)
+    _, d2_centre = nearest(centre[None, :], enn.X, k)
+    rho = float(np.sqrt(np.sum(np.maximum(centre - lower, upper - centre) ** 2)))
+    reach = rho + float(np.sqrt(d2_centre[0, -1]))
+    if reach**2 >= np.sum(np.maximum(lower, 1.0 - upper) ** 2):
+        return enn  # no point of the unit cube is that far from the box
+    outside = np.maximum(lower - enn.X, 0.0) + np.maximum(enn.X - upper, 0.0)
+    to_box = np.sqrt(np.einsum("nd,nd->n", outside, outside))
+    keep = np.flatnonzero(to_box <= reach * (1 + 1e-9) + 1e-12)
+    if len(keep) > 0.8 * enn.n:
+        return enn
+    return ENN(enn.X[keep], enn.Y[keep], k=enn.k, sigma_y=enn.sigma_y)
+
+
+def _lowest(score: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of the ``count`` lowest scores, best first, ties broken at random."""
+    perm = rng.permutation(len(score))
+    top = perm[np.argpartition(score[perm], count - 1)[:count]]
+    return top[np.argsort(score[top], kind="stable")]
+
+
+def _pareto_select(
+    mu: np.ndarray, sigma: np.ndarray, count: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``count`` indices by non-dominated sorting of (low ``mu``, high ``sigma``): whole fronts
+    in rank order, the last front sampled without replacement; returned by ``mu``."""
+    remaining = np.arange(len(mu))
+    chosen: list[Any] = []
+    while len(chosen) < count:
+        front = remaining[_first_front(mu[remaining], sigma[remaining])]
+        room = count - len(chosen)
+        if len(front) > room:
+            front = rng.choice(front, room, replace=False)
+        chosen.extend(front)
+        remaining = np.setdiff1d(remaining, front, assume_unique=True)
+    picked = np.array(chosen, dtype=np.int64)
+    return picked[np.argsort(mu[picked], kind="stable")]
+
+
+def _first_front(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats in both low ``mu`` and high ``sigma``."""
+    order = np.lexsort((-sigma, mu))
+    best_before = np.maximum.accumulate(np.concatenate([[-np.inf], sigma[order][:-1]]))
+    return np.sort(order[sigma[order] > best_before])
