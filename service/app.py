@@ -61,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = open_database(settings)
-        store = Store(db)
+        store = Store(db, settings.history_cache_bytes)
         app.state.store = store
         reaper = Reaper(store, settings.reaper_interval)
         reaper.start()

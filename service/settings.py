@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1024 * 1024
     #: Connection pool size per process (PostgreSQL).
     pool_size: int = 10
+    #: Memory for the per-process cache of studies' completed-trial arrays, in bytes; least
+    #: recently asked studies are evicted first. 0 turns it off (every ask reads all trials).
+    history_cache_bytes: int = 512 * 1024 * 1024
 
     @field_validator("database_url")
     @classmethod

@@ -19,6 +19,7 @@ from client.models import MeasurementPublic, StudyConfig, StudyPublic, TrialPubl
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
 from service.errors import ApiError, conflict, not_found
+from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
 from service.problem import SpecCache, StudySpec
 
@@ -31,10 +32,18 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: Default for ``Store(history_cache_bytes=...)``; the server takes it from its settings.
+DEFAULT_HISTORY_CACHE_BYTES = 512 * 1024 * 1024
+
+
 class Store:
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, history_cache_bytes: int = DEFAULT_HISTORY_CACHE_BYTES
+    ) -> None:
         self.db = db
         self.specs = SpecCache()
+        #: Completed-trial arrays per study, for model-based asks (``service.history``).
+        self.history = HistoryCache(history_cache_bytes)
         self._study_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -123,12 +132,21 @@ def get_study_row(conn: Connection, tenant_id: int, study_id: int, lock: bool = 
 _BUMP_REVISION = (
     update(studies_t)
     .where(studies_t.c.id == bindparam("study_id"))
-    .values(revision=studies_t.c.revision + 1, updated_at=bindparam("now"))
+    .values(revision=studies_t.c.revision + bindparam("by"), updated_at=bindparam("now"))
+    .returning(studies_t.c.revision)
 )
 
 
-def bump_revision(conn: Connection, study_id: int, now: datetime) -> None:
-    conn.execute(_BUMP_REVISION, {"study_id": study_id, "now": now})
+def bump_revision(conn: Connection, study_id: int, now: datetime, by: int = 1) -> int:
+    """Add ``by`` to the study's revision, locking the study row (PostgreSQL) until the
+    transaction ends, and return the new revision (0 when the study does not exist).
+
+    The new revision is what a trial finished in this transaction takes as its
+    ``completed_seq``: writers bump one after another under the row lock, so the numbers
+    increase in commit order (see ``service.history``).
+    """
+    revision = conn.execute(_BUMP_REVISION, {"study_id": study_id, "now": now, "by": by}).scalar()
+    return 0 if revision is None else int(revision)
 
 
 _TRIAL_FIELDS = tuple(TrialPublic.model_fields)

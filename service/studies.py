@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import secrets
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection, Row
 
 from client.models import (
+    FINISHED_STATES,
     BestPublic,
     StudiesPage,
     StudyConfig,
@@ -203,6 +205,9 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
                 raise not_found(f"study {study_id}")
 
     store.db.write(fn)
+    # This process frees the arrays now; others evict them in time (the study is never
+    # asked again, so their entries are only unused memory).
+    store.history.forget(study_id)
 
 
 # --- best ---------------------------------------------------------------------------------
@@ -366,14 +371,16 @@ def import_study(
             )
         study_id = _insert_study(conn, tenant_id, study)
         now = utcnow()
+        seqs = _completion_seqs(body.trials)
         for t in body.trials:
-            _insert_imported(conn, spec, study_id, t, now)
+            _insert_imported(conn, spec, study_id, t, now, seqs.get(t.number))
         conn.execute(
             update(studies_t)
             .where(studies_t.c.id == study_id)
             .values(
                 next_trial_number=max(numbers, default=-1) + 1,
-                revision=1,
+                # At least every completed_seq given out, as if each trial finished in turn.
+                revision=max(len(seqs), 1),
                 engine_state=body.engine_state,
                 engine_state_version=body.engine_state_version,
             )
@@ -383,8 +390,31 @@ def import_study(
     return store.write(tenant_id, idem, fn)
 
 
+def _completion_seqs(trials: list[TrialExport]) -> dict[int, int]:
+    """``completed_seq`` (1, 2, ...) by trial number for the finished trials, in the order they
+    finished: by ``completed_at`` (naive times taken as UTC), then number; trials without a
+    time first."""
+
+    def key(t: TrialExport) -> tuple[bool, datetime, int]:
+        at = t.completed_at
+        if at is None:
+            return False, _EPOCH, t.number
+        return True, at if at.tzinfo is not None else at.replace(tzinfo=UTC), t.number
+
+    finished = sorted((t for t in trials if t.state in FINISHED_STATES), key=key)
+    return {t.number: seq for seq, t in enumerate(finished, start=1)}
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _insert_imported(
-    conn: Connection, spec: StudySpec, study_id: int, t: TrialExport, now: Any
+    conn: Connection,
+    spec: StudySpec,
+    study_id: int,
+    t: TrialExport,
+    now: Any,
+    completed_seq: int | None,
 ) -> None:
     try:
         params = spec.space.validate(t.params)
@@ -413,6 +443,7 @@ def _insert_imported(
             created_at=t.created_at or now,
             started_at=t.started_at,
             completed_at=t.completed_at,
+            completed_seq=completed_seq,
         )
         .returning(trials_t.c.id)
     ).scalar_one()

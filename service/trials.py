@@ -17,6 +17,7 @@ across processes), and asks on different studies never wait for each other's eng
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -43,6 +44,7 @@ from client.models import (
 from engines.base import History, Proposal
 from engines.errors import EngineError, EngineRetryable, SpaceError
 from service.errors import ApiError, conflict, invalid, not_found, unavailable
+from service.history import HistoryCache, full_history
 from service.idempotency import IdemKey, replay
 from service.problem import StudySpec
 from service.store import (
@@ -165,7 +167,7 @@ def ask(
             return stored
     with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
         for attempt in range(_ASK_ATTEMPTS):
-            snap = store.db.read(lambda c: _snapshot(c, tenant_id, study_id, req, spec))
+            snap = store.db.read(lambda c: _snapshot(store, c, tenant_id, study_id, req, spec))
             if snap is None:  # leases expired: apply the policy first, then look again
                 store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
                 continue
@@ -188,7 +190,7 @@ def ask(
 
 
 def _snapshot(
-    conn: Connection, tenant_id: int, study_id: int, req: AskRequest, spec: StudySpec
+    store: Store, conn: Connection, tenant_id: int, study_id: int, req: AskRequest, spec: StudySpec
 ) -> tuple[Row, History | None, int] | None:
     """Read the study, its history and how many new points are needed (no write lock).
 
@@ -201,30 +203,23 @@ def _snapshot(
         return None
     if plan.need == 0:
         return row, None, 0
-    return row, load_history(conn, study_id, spec, plan.X_pending), plan.need
+    history = load_history(conn, study_id, spec, plan.X_pending, store.history)
+    return row, history, plan.need
 
 
 def load_history(
-    conn: Connection, study_id: int, spec: StudySpec, X_pending: np.ndarray
+    conn: Connection,
+    study_id: int,
+    spec: StudySpec,
+    X_pending: np.ndarray,
+    cache: HistoryCache | None = None,
 ) -> History:
-    """The completed trials as engine arrays, with ``X_pending`` as given."""
-    rows = conn.execute(
-        select(trials_t.c.x, trials_t.c["values"], trials_t.c.constraints)
-        .where(trials_t.c.study_id == study_id, trials_t.c.state == "completed")
-        .order_by(trials_t.c.number)
-    ).all()
-    d = spec.problem.d
-    X = _stack([r.x for r in rows], d)
-    Y = (
-        np.array(
-            [[r.values[name] for name in spec.objective_names] for r in rows], dtype=np.float64
-        ).reshape(len(rows), spec.problem.n_objectives)
-        * spec.signs
-    )
-    C = np.array(
-        [spec.constraint_slack(r.constraints or {}) for r in rows], dtype=np.float64
-    ).reshape(len(rows), spec.problem.n_constraints)
-    return History(X, Y, C, X_pending)
+    """The completed trials as engine arrays in completion order, with ``X_pending`` as given.
+
+    With ``cache`` (the store's), only the trials completed since its last load are read."""
+    if cache is None:
+        return full_history(conn, study_id, spec, X_pending)
+    return cache.load(conn, study_id, spec, X_pending)
 
 
 def _stack(blobs: list[bytes], d: int) -> np.ndarray:
@@ -382,6 +377,7 @@ def _new_trial(
         "created_at": now,
         "started_at": None,
         "completed_at": None,
+        "completed_seq": None,
     }
 
 
@@ -399,35 +395,51 @@ def expire_leases(
     )
     if study_id is not None:
         query = query.where(trials_t.c.study_id == study_id)
-    expired = conn.execute(query).all()
-    changed: set[int] = set()
-    for trial in expired:
-        config = store.spec(conn, trial.study_id).config
-        if config.on_lease_expiry == "requeue" and trial.retries < config.max_retries:
-            change: dict[str, Any] = {"state": "stale", "worker_id": None, "lease_expires_at": None}
-        else:
-            change = {
-                "state": "failed",
-                "reason": "lease expired without a tell or heartbeat",
-                "lease_expires_at": None,
-                "completed_at": now,
-            }
-        # The condition is checked again by the UPDATE itself: a tell, heartbeat or re-serve
-        # that committed since the SELECT wins (PostgreSQL does not lock the selected rows).
-        result = conn.execute(
-            update(trials_t)
-            .where(
-                trials_t.c.id == trial.id,
-                trials_t.c.state == "running",
-                trials_t.c.lease_expires_at < now,
+    expired = conn.execute(query.order_by(trials_t.c.study_id, trials_t.c.number)).all()
+    changed = 0
+    for sid, group in itertools.groupby(expired, key=lambda r: r.study_id):
+        trials = list(group)
+        config = store.spec(conn, sid).config
+        requeue = [
+            config.on_lease_expiry == "requeue" and t.retries < config.max_retries for t in trials
+        ]
+        n_failed = requeue.count(False)
+        # Lock the study row before the trial rows (the order of tell and ask; studies in id
+        # order across replicas), and take one completed_seq per trial that fails. A trial
+        # that a concurrent tell finished first leaves a harmless gap in the seqs.
+        revision = bump_revision(conn, sid, now, by=max(n_failed, 1))
+        seqs = iter(range(revision - n_failed + 1, revision + 1))
+        study_changed = False
+        for trial, stale in zip(trials, requeue, strict=True):
+            if stale:
+                change: dict[str, Any] = {
+                    "state": "stale",
+                    "worker_id": None,
+                    "lease_expires_at": None,
+                }
+            else:
+                change = {
+                    "state": "failed",
+                    "reason": "lease expired without a tell or heartbeat",
+                    "lease_expires_at": None,
+                    "completed_at": now,
+                    "completed_seq": next(seqs),
+                }
+            # The condition is checked again by the UPDATE itself: a tell, heartbeat or
+            # re-serve that committed since the SELECT wins (PostgreSQL does not lock the
+            # selected rows).
+            result = conn.execute(
+                update(trials_t)
+                .where(
+                    trials_t.c.id == trial.id,
+                    trials_t.c.state == "running",
+                    trials_t.c.lease_expires_at < now,
+                )
+                .values(**change)
             )
-            .values(**change)
-        )
-        if result.rowcount:
-            changed.add(trial.study_id)
-    for sid in changed:
-        bump_revision(conn, sid, now)
-    return len(changed)
+            study_changed = study_changed or bool(result.rowcount)
+        changed += study_changed
+    return changed
 
 
 # --- tell, report, heartbeat --------------------------------------------------------------
@@ -454,6 +466,7 @@ _FINISH_TRIAL = (
         reason=bindparam("reason"),
         lease_expires_at=None,
         completed_at=bindparam("completed_at"),
+        completed_seq=bindparam("completed_seq"),
         values=bindparam("values", type_=trials_t.c["values"].type),
         constraints=bindparam("constraints", type_=trials_t.c.constraints.type),
         feasible=bindparam("feasible"),
@@ -465,22 +478,23 @@ _FINISH_TRIAL = (
 
 def _trial_for_update(
     conn: Connection, tenant_id: int, study_id: int, number: int, now: datetime
-) -> Row:
-    """The trial, locked for update, of a live study of the tenant; the study's revision is
-    bumped first, so that the study row is locked before the trial row, in the order ``ask``
-    takes them (no deadlock between a tell and an ask on PostgreSQL).
+) -> tuple[Row, int]:
+    """The trial, locked for update, of a live study of the tenant, and the study's new
+    revision. The revision is bumped first, so that the study row is locked before the trial
+    row, in the order ``ask`` takes them (no deadlock between a tell and an ask on
+    PostgreSQL); a trial finished in this transaction takes it as ``completed_seq``.
 
     Raises:
         ApiError: 404 ``not_found`` for the study, ``trial_not_found`` for the trial.
     """
-    bump_revision(conn, study_id, now)
+    revision = bump_revision(conn, study_id, now)
     row = conn.execute(
         _TRIAL_FOR_UPDATE, {"study_id": study_id, "tenant_id": tenant_id, "number": number}
     ).first()
     if row is None:
         get_study_row(conn, tenant_id, study_id)
         raise ApiError(404, "trial_not_found", f"study {study_id} has no trial {number}")
-    return row
+    return row, revision
 
 
 def _check_unfinished(trial: Row) -> None:
@@ -530,7 +544,7 @@ def tell(
 ) -> Answer:
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
-        trial = _trial_for_update(conn, tenant_id, study_id, number, now)
+        trial, revision = _trial_for_update(conn, tenant_id, study_id, number, now)
         spec = store.spec(conn, study_id)
         _check_unfinished(trial)
         change: dict[str, Any] = {
@@ -538,6 +552,7 @@ def tell(
             "state": req.state,
             "reason": req.reason,
             "completed_at": now,
+            "completed_seq": revision,
             "values": None,
             "constraints": None,
             "feasible": None,
@@ -564,7 +579,7 @@ def report(
 
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
         now = utcnow()
-        trial = _trial_for_update(conn, tenant_id, study_id, number, now)
+        trial, _ = _trial_for_update(conn, tenant_id, study_id, number, now)
         spec = store.spec(conn, study_id)
         _check_unfinished(trial)
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
@@ -611,7 +626,7 @@ def heartbeat(
 
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
-        trial = _trial_for_update(conn, tenant_id, study_id, number, now)
+        trial, _ = _trial_for_update(conn, tenant_id, study_id, number, now)
         spec = store.spec(conn, study_id)
         _check_unfinished(trial)
         if trial.state == "waiting":
@@ -680,6 +695,7 @@ def enqueue(
                 constraints=cons or None,
                 feasible=feasible,
                 completed_at=now,
+                completed_seq=row.revision + 1,  # the revision set below, under the row lock
             )
         conn.execute(insert(trials_t).values(**t))
         conn.execute(

@@ -102,6 +102,8 @@ class Trial(Base):
     __table_args__ = (
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
         Index("ix_trials_study_state", "study_id", "state"),
+        # History in completion order, and the delta since a watermark (service/history.py).
+        Index("ix_trials_study_completed_seq", "study_id", "completed_seq"),
         # The reaper's scan: running trials by lease expiry, across studies.
         Index(
             "ix_trials_running_lease",
@@ -130,6 +132,10 @@ class Trial(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: When the trial finished, per study: the study's ``revision`` right after the finishing
+    #: transaction bumped it under the study row lock, so it increases in commit order. NULL
+    #: for trials not finished, or finished before revision 0003.
+    completed_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Measurement(Base):

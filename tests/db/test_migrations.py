@@ -1,14 +1,28 @@
 """The Alembic revisions build exactly the schema of service/db/models.py, on both backends."""
 
+from datetime import datetime
+
+import numpy as np
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, insert, inspect, select, text
 
-from service.db.migrate import SchemaBehind, check_current, head_revision, upgrade
+from client.models import StudyConfig
+from service.db.migrate import (
+    SchemaBehind,
+    alembic_config,
+    check_current,
+    head_revision,
+    upgrade,
+)
 from service.db.models import Base
+from service.history import full_history
+from service.problem import build_spec
 from service.settings import Settings
-from tests.conftest import scratch_database
+from service.store import studies_t, trials_t
+from tests.conftest import FLOAT_X, scratch_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -30,4 +44,57 @@ def test_upgrade_builds_the_models_schema(empty_url):
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, Base.metadata) == []
     assert head_revision(empty_url) is not None
+    engine.dispose()
+
+
+def _alembic(engine, step, target):
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        step(config, target)
+
+
+def _trial_columns_and_indexes(engine):
+    found = inspect(engine)
+    return (
+        {c["name"] for c in found.get_columns("trials")},
+        {i["name"] for i in found.get_indexes("trials")},
+    )
+
+
+def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_url):
+    engine = create_engine(empty_url)
+    _alembic(engine, command.upgrade, "0002")
+    config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
+    now = datetime(2026, 1, 1)
+    with engine.begin() as conn:
+        study = {"tenant_id": 1, "name": "old", "config": config, "state": "active"}
+        study.update(metadata={}, seed=1, engine_state={}, engine_state_version=0, revision=3)
+        study.update(next_trial_number=3, created_at=now, updated_at=now)
+        sid = conn.execute(insert(studies_t).values(**study).returning(studies_t.c.id)).scalar()
+        for number in (2, 0, 1):  # inserted out of order: history follows the numbers
+            trial = {"study_id": sid, "number": number, "state": "completed", "params": {}}
+            trial.update(x=np.array([number / 4]).tobytes(), values={"value": float(number)})
+            trial.update(retries=0, details={}, metadata={}, created_at=now)
+            conn.execute(insert(trials_t).values(**trial))
+    columns, indexes = _trial_columns_and_indexes(engine)
+    assert "completed_seq" not in columns
+
+    _alembic(engine, command.upgrade, "0003")
+    columns, indexes = _trial_columns_and_indexes(engine)
+    assert "completed_seq" in columns and "ix_trials_study_completed_seq" in indexes
+    spec = build_spec(StudyConfig.model_validate(config))
+    with engine.connect() as conn:
+        seqs = conn.execute(select(trials_t.c.completed_seq)).scalars().all()
+        history = full_history(conn, sid, spec, np.zeros((0, 1)))
+    assert seqs == [None, None, None]
+    assert history.Y[:, 0].tolist() == [0.0, 1.0, 2.0]
+
+    _alembic(engine, command.downgrade, "0002")
+    columns, indexes = _trial_columns_and_indexes(engine)
+    assert "completed_seq" not in columns and "ix_trials_study_completed_seq" not in indexes
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 3
+    _alembic(engine, command.upgrade, "head")
+    check_current(engine)
     engine.dispose()
