@@ -51,7 +51,7 @@ EPS = 1e-9
 #: Extra shortlist entries per query beyond ``k``: slack for the exactness check.
 _SHORTLIST_EXTRA = 16
 #: Floats per block of gathered differences in the exact ranking.
-_BLOCK_ELEMENTS = 1 << 22
+_BLOCK_ELEMENTS = 1 << 19
 
 
 @dataclass(frozen=True)

@@ -383,12 +383,12 @@ def _distinct(X: np.ndarray, taken: np.ndarray) -> np.ndarray:
 def _prefilter(enn: ENN, centre: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> ENN:
     """ENN on the observations that can be a neighbour of a point of the box (module
     docstring); the same predictions at a fraction of the search cost late in a TR."""
-    k = min(enn.k, enn.n)
-    _, d2_centre = nearest(centre[None, :], enn.X, k)
     rho = float(np.sqrt(np.sum(np.maximum(centre - lower, upper - centre) ** 2)))
+    farthest = float(np.sqrt(np.sum(np.maximum(lower, 1.0 - upper) ** 2)))
+    if rho >= farthest:
+        return enn  # every point of the unit cube is within reach: nothing to drop
+    _, d2_centre = nearest(centre[None, :], enn.X, min(enn.k, enn.n))
     reach = rho + float(np.sqrt(d2_centre[0, -1]))
-    if reach**2 >= np.sum(np.maximum(lower, 1.0 - upper) ** 2):
-        return enn  # no point of the unit cube is that far from the box
     outside = np.maximum(lower - enn.X, 0.0) + np.maximum(enn.X - upper, 0.0)
     to_box = np.sqrt(np.einsum("nd,nd->n", outside, outside))
     keep = np.flatnonzero(to_box <= reach * (1 + 1e-9) + 1e-12)
