@@ -51,6 +51,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass, replace
@@ -60,7 +61,7 @@ import numpy as np
 from scipy.stats import qmc
 
 from engines.base import JSON, History, Problem, Proposal
-from engines.enn import ENN, ENNParams, nearest
+from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
 from engines.quasirandom import SobolStream, sobol_points
 
@@ -346,14 +347,19 @@ class TurboENNEngine:
         """RAASP: ``(M, d)`` points equal to ``centre`` outside a random mask."""
         d = len(centre)
         M = self.n_candidates or min(5000, 100 * d)
-        sobol = qmc.Sobol(d, scramble=True, seed=rng)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # M need not be a power of two
-            values = lower + (upper - lower) * sobol.random(M)
-        mask = rng.random((M, d)) < min(20.0 / d, 1.0)
+        # Sobol points under a random shift modulo 1 (Cranley-Patterson): a randomized QMC
+        # design at the cost of an addition, where scrambling costs milliseconds per ask.
+        unit = _sobol(d, M) + rng.random(d)
+        np.remainder(unit, 1.0, out=unit)
+        mask = rng.random((M, d), dtype=np.float32) < min(20.0 / d, 1.0)
         empty = np.flatnonzero(~mask.any(axis=1))
         mask[empty, rng.integers(0, d, len(empty))] = True
-        return np.where(mask, values, centre)
+        # centre + mask * (value - centre), in place: one pass per step over (M, d).
+        unit *= upper - lower
+        unit += lower - centre
+        unit *= mask
+        unit += centre
+        return np.clip(unit, 0.0, 1.0, out=unit)  # rounding may step a hair outside
 
 
 def _keys(values: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -365,19 +371,35 @@ def _keys(values: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 def _best_row(keys: np.ndarray) -> int:
     """The first row of the smallest key."""
-    return int(np.lexsort((keys[:, 1], keys[:, 0]))[0])
+    violation = keys[:, 0]
+    rows = np.flatnonzero(violation == violation.min())
+    return int(rows[np.argmin(keys[rows, 1])])
+
+
+@functools.lru_cache(maxsize=32)
+def _sobol(d: int, n: int) -> np.ndarray:
+    """The first ``n`` points of the unscrambled Sobol sequence in ``d`` dimensions."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # n need not be a power of two
+        points = qmc.Sobol(d, scramble=False).random(n)
+    points.flags.writeable = False
+    return points
 
 
 def _distinct(X: np.ndarray, taken: np.ndarray) -> np.ndarray:
     """The rows of ``X`` in order, without repeats and without rows of ``taken``."""
-    seen = {row.tobytes() for row in taken}
-    keep = []
-    for i, row in enumerate(X):
-        key = row.tobytes()
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return X[keep]
+    rows = _as_keys(X)
+    _, first = np.unique(rows, return_index=True)
+    first.sort()
+    if len(taken):
+        first = first[~np.isin(rows[first], _as_keys(taken))]
+    return X[first]
+
+
+def _as_keys(X: np.ndarray) -> np.ndarray:
+    """One comparable bytes value per row."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return X.view(np.dtype((np.void, X.itemsize * X.shape[1]))).ravel()
 
 
 def _prefilter(enn: ENN, centre: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> ENN:
@@ -387,7 +409,7 @@ def _prefilter(enn: ENN, centre: np.ndarray, lower: np.ndarray, upper: np.ndarra
     farthest = float(np.sqrt(np.sum(np.maximum(lower, 1.0 - upper) ** 2)))
     if rho >= farthest:
         return enn  # every point of the unit cube is within reach: nothing to drop
-    _, d2_centre = nearest(centre[None, :], enn.X, min(enn.k, enn.n))
+    _, d2_centre = enn.index.search(centre[None, :], min(enn.k, enn.n))
     reach = rho + float(np.sqrt(d2_centre[0, -1]))
     outside = np.maximum(lower - enn.X, 0.0) + np.maximum(enn.X - upper, 0.0)
     to_box = np.sqrt(np.einsum("nd,nd->n", outside, outside))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from engines.enn import ENN, EPS, ENNParams, nearest
+from engines.enn import ENN, EPS, ENNParams, FlatIndex
 
 
 def _brute_nearest(Q: np.ndarray, X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,22 +71,24 @@ def test_b_rescales_sigma_and_leaves_mu_when_a_is_zero():
     np.testing.assert_allclose(s4, 2.0 * s1, rtol=1e-6)
 
 
-@pytest.mark.parametrize("n, d", [(30, 2), (3000, 5), (20_000, 12)])
+# d <= 40 searches with torch, d > 40 with faiss: both backends are checked.
+@pytest.mark.parametrize("n, d", [(30, 2), (3000, 5), (20_000, 12), (3000, 48)])
 def test_nearest_is_exact_with_ties_broken_by_index(n, d):
     rng = np.random.default_rng(n)
     # A coarse lattice gives many exact ties; duplicated rows too.
     X = rng.integers(0, 4, (n, d)) / 4.0
     Q = np.vstack([rng.integers(0, 4, (50, d)) / 4.0, rng.random((50, d))])
-    idx, d2 = nearest(Q, X, 10)
+    idx, d2 = FlatIndex(X).search(Q, 10)
     want_idx, want_d2 = _brute_nearest(Q, X, 10)
     np.testing.assert_array_equal(idx, want_idx)
     np.testing.assert_allclose(d2, want_d2, rtol=1e-12)
 
 
-def test_nearest_on_continuous_data_matches_brute_force():
+@pytest.mark.parametrize("d", [40, 100])
+def test_nearest_on_continuous_data_matches_brute_force(d):
     rng = np.random.default_rng(3)
-    X, Q = rng.random((5000, 40)), rng.random((200, 40))
-    idx, d2 = nearest(Q, X, 10)
+    X, Q = rng.random((5000, d)), rng.random((200, d))
+    idx, d2 = FlatIndex(X).search(Q, 10)
     want_idx, want_d2 = _brute_nearest(Q, X, 10)
     np.testing.assert_array_equal(idx, want_idx)
     np.testing.assert_allclose(d2, want_d2, rtol=1e-12)
@@ -94,13 +96,13 @@ def test_nearest_on_continuous_data_matches_brute_force():
 
 def test_leave_one_out_skips_every_copy_of_the_point():
     X = np.array([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5], [0.0, 0.0], [1.0, 1.0]])
-    idx, d2 = nearest(X[:1], X, 2, exclude_equal=True)
+    idx, d2 = FlatIndex(X).search(X[:1], 2, exclude_equal=True)
     assert sorted(idx[0]) == [3, 4]
     assert np.all(d2 == 0.5)
-    idx, d2 = nearest(X[3:4], X, 4, exclude_equal=True)
+    idx, d2 = FlatIndex(X).search(X[3:4], 4, exclude_equal=True)
     assert list(idx[0]) == [0, 1, 2, 4]
     # Fewer other points than k: the missing places are marked.
-    idx, d2 = nearest(X[:1], X[:3], 2, exclude_equal=True)
+    idx, d2 = FlatIndex(X[:3]).search(X[:1], 2, exclude_equal=True)
     assert list(idx[0]) == [-1, -1] and np.all(np.isinf(d2))
 
 
