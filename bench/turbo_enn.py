@@ -29,6 +29,7 @@ One run, three parts, then markdown tables, the wall time and ONE final JSON lin
 2. Quality: Ackley-20 and Rosenbrock-20, both on [-5,10]^20 (f* = 0), minimized, q = 4,
    2,000 evaluations, seeds 0-4: best value found, median (min, max) over seeds, for
    turbo-enn in both modes (engine defaults: 2 d initial Sobol points per trust region),
+   an ablation of the default mode with ``restart_keeps_data=true`` (ennbo's restart rule),
    Sobol (scipy scrambled, 2,000 points) and ennbo (PARETO, ``num_init = 2 d``, in its
    subprocess). GP-TuRBO runs 1,000 evaluations with seeds 0-2 (``n_init = 2 d``) on Ackley-20
    (``--gp-problems ackley,rosenbrock`` adds Rosenbrock-20, about 30 minutes more), with one
@@ -114,6 +115,12 @@ ENGINE = "turbo-enn"
 #: turbo-enn modes: label -> engine options.
 MODES: dict[str, dict[str, Any]] = {"nds": {"noisy": False}, "noisy": {"noisy": True}}
 MODE_LABELS = {"nds": "turbo-enn noisy=false", "noisy": "turbo-enn noisy=true"}
+#: Quality only: the default mode with the ennbo package's restart (the region keeps its data
+#: and centre), to show how much of a quality gap to ennbo the restart rule explains.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "nds-keep": {"noisy": False, "restart_keeps_data": True},
+}
+MODE_LABELS["nds-keep"] = "turbo-enn restart keeps data (ablation)"
 DIMS = [20, 100]
 QS = [4, 50]
 FULL_N = [500, 1000, 2000, 4000, 10_000, 50_000]
@@ -254,7 +261,8 @@ def plan_estimate(s: Settings) -> dict[str, float]:
     if "quality" in s.parts:
         asks = s.budget / QUALITY_Q
         per_run = asks * enn_call_estimate(s.budget // 2, QUALITY_D) * 1.1
-        est["quality turbo-enn"] = per_run * len(MODES) * len(PROBLEMS) * len(s.seeds)
+        modes = len(MODES) + len(ABLATIONS)
+        est["quality turbo-enn"] = per_run * modes * len(PROBLEMS) * len(s.seeds)
         est["quality Sobol + ennbo"] = len(PROBLEMS) * len(s.seeds) * 1.0 + PROCESS_START_S
         # GP-TuRBO, warm-started fits, d = 20: Thompson sampling over 4,000 candidates costs
         # about 2 s per ask (a 4,000 x 4,000 Cholesky), the fit 0.1-2 s: ~2.5 s per ask.
@@ -391,7 +399,7 @@ class RunResult:
 
 def run_turbo_enn(mode: str, problem_name: str, budget: int, seed: int) -> RunResult:
     d, q = QUALITY_D, QUALITY_Q
-    engine = make_engine(ENGINE, MODES[mode])
+    engine = make_engine(ENGINE, {**MODES, **ABLATIONS}[mode])
     problem = make_problem(d)
     rng = np.random.default_rng(seed)
     X = np.zeros((budget, d))
@@ -488,7 +496,7 @@ def quality(s: Settings) -> list[RunResult]:
     results: list[RunResult] = []
     for problem_name in PROBLEMS:
         for seed in s.seeds:
-            for mode in MODES:
+            for mode in [*MODES, *ABLATIONS]:
                 r = run_turbo_enn(mode, problem_name, s.budget, seed)
                 log(f"    {r.method} {problem_name} {seed=}: best {r.best:.4g}, {r.wall_s:.1f} s")
                 results.append(r)
@@ -1048,6 +1056,8 @@ def main(argv: list[str] | None = None) -> int:
         "ackley20_noisy_median_best": r4(qmed("ackley", MODE_LABELS["noisy"])),
         "rosenbrock20_median_best": r4(ours_ros),
         "rosenbrock20_noisy_median_best": r4(qmed("rosenbrock", MODE_LABELS["noisy"])),
+        "ackley20_keepdata_median_best": r4(qmed("ackley", MODE_LABELS["nds-keep"])),
+        "rosenbrock20_keepdata_median_best": r4(qmed("rosenbrock", MODE_LABELS["nds-keep"])),
         "ennbo_ackley20_median_best": r4(ennbo_ack),
         "ennbo_rosenbrock20_median_best": r4(ennbo_ros),
         "sobol_ackley20_median_best": r4(qmed("ackley", "Sobol")),

@@ -41,6 +41,8 @@ Our design:
 - Candidates are snapped to the parameter grid; duplicates and pending points are dropped.
   Pending trials get no fantasy values: the batch's spread comes from the selection rule.
 - Single objective only: a multi-objective study gets ``EngineUnsupported``.
+- ``restart_keeps_data = true`` restarts as the authors' ``ennbo`` package does: only the
+  length and the counters reset, and the region keeps its data and its centre.
 
 References:
     [Sweet2025enn] D. Sweet, S. A. Jadhav. Taking the GP out of the loop. arXiv 2506.12818,
@@ -131,6 +133,9 @@ class TurboENNEngine:
             the cap.
         fit_candidates, fit_samples: random-search size and leave-one-out rows of the fit
             (``noisy`` only).
+        restart_keeps_data: a restart only resets the length and the counters; the region
+            keeps its data and its centre (the ``ennbo`` package's behaviour) instead of
+            starting over with a new initial design (TuRBO-1, the default).
     """
 
     name: ClassVar[str] = "turbo-enn"
@@ -148,6 +153,7 @@ class TurboENNEngine:
     length_max: float = 1.6
     fit_candidates: int = 30
     fit_samples: int = 100
+    restart_keeps_data: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -251,6 +257,10 @@ class TurboENNEngine:
         )
 
     def _restart(self, tr: TrustRegion, history: History) -> TrustRegion:
+        if self.restart_keeps_data:
+            return replace(
+                tr, generation=tr.generation + 1, length=self.length_init, successes=0, failures=0
+            )
         return replace(
             tr,
             generation=tr.generation + 1,

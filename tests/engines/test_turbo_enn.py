@@ -187,3 +187,16 @@ def test_prefilter_keeps_every_neighbour_of_the_box():
     for params in (ENNParams(), ENNParams(b=3.0, a=0.2)):
         np.testing.assert_array_equal(small.posterior(Q, params)[0], enn.posterior(Q, params)[0])
         np.testing.assert_array_equal(small.posterior(Q, params)[1], enn.posterior(Q, params)[1])
+
+
+def test_a_restart_that_keeps_the_data_only_resets_the_length():
+    run = Driver(d=2, restart_keeps_data=True)
+    run.round(4, lambda X: X.sum(axis=1))
+    flat = lambda X: np.full(len(X), 50.0)  # noqa: E731
+    for _ in range(29):
+        run.round(1, flat)
+    assert run.state["generation"] == 1
+    assert run.state["tr_start"] == 0 and run.state["length"] == 0.8
+    assert [d["source"] for d in run.details] == ["turbo-enn"]
+    best = run.X[np.argmin(run.Y)]
+    assert np.all(np.abs(run.X[-1] - best) <= 0.4 + 1e-12)  # still centred on the best
