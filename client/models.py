@@ -246,11 +246,20 @@ class BestPublic(BaseModel):
     """The best feasible trial (one objective) or the feasible non-dominated set (several).
 
     ``hypervolume`` is set for several objectives when every objective has a ``reference``.
+
+    ``pareto_set_loo_emd`` (several objectives, at least two Pareto-optimal trials) says how
+    densely the Pareto set is covered in the search space: the mean, over the Pareto-optimal
+    trials, of the distance to the nearest other one, with every parameter scaled to [0, 1]
+    (log parameters in log space) and divided by ``sqrt(d)``, so it lies in [0, 1]. It is the
+    Expected Minimum Distance (EMD) of the set estimated by leave-one-out, since the true Pareto
+    set is unknown: how far a new Pareto-optimal point would be from the known ones. Lower is
+    denser; it falls as a study fills in its Pareto set.
     """
 
     trials: list[TrialPublic]
     hypervolume: float | None = None
     reference_point: dict[str, float] | None = None
+    pareto_set_loo_emd: float | None = None
 
 
 # --- export and import --------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Quality metrics for minimization: Pareto masks and hypervolume.
+"""Quality metrics for minimization: Pareto masks, hypervolume, IGD and design-space coverage.
 
-All functions take objective vectors as minimization (``Y: (n, m)``), the orientation of
-``History.Y``.
+Objective vectors are minimization (``Y: (n, m)``), the orientation of ``History.Y``; design
+points are unit-cube coordinates (``X: (n, d)`` in [0, 1]), the encoding of ``engines.space``.
 
 - ``non_dominated(Y)``: ``y_i`` is dominated when some ``y_j <= y_i`` in every objective and
   ``<`` in one. Duplicated non-dominated vectors are all kept.
@@ -9,15 +9,38 @@ All functions take objective vectors as minimization (``Y: (n, m)``), the orient
   sweep for ``m = 2`` and hypervolume by slicing objectives [While2006hso] above, which is
   exponential in ``m`` in the worst case and meant for the fronts of a study (``m <= 4``, a few
   hundred points).
+- ``igd(Y, front)``: inverted generational distance [Coello2004igd], the mean over the
+  reference front ``F`` of the Euclidean distance to the nearest row of ``Y``:
+  ``IGD(Y) = (1/|F|) sum_{f in F} min_{y in Y} ||f - y||_2``. Lower is better; it is small only
+  when ``Y`` is close to every part of the front. Objectives are used as given (scale them first
+  if their units differ).
+- ``emd(X, pareto_set)``: Expected Minimum Distance, the design-space analogue of IGD ("IGDX"):
+  ``EMD(X) = (1/|P|) sum_{z in P} min_{x in X} ||z - x||_2 / sqrt(d)`` over reference points
+  ``P`` of the true Pareto set in the unit cube; ``/ sqrt(d)`` (the cube's diameter) puts it in
+  [0, 1]. The POM paper names EMD; its normalization is not public, this one is ours.
+- ``loo_emd(X)``: leave-one-out EMD of a set with respect to itself, the mean over its rows of
+  the distance to the nearest *other* row, ``/ sqrt(d)``. When the true Pareto set is unknown
+  (a running study), each observed Pareto-optimal point stands in for a reference point ``z``
+  and the others for ``X``: it estimates how far a new Pareto-optimal point would be from the
+  known ones, so it falls as the set is covered densely.
+- ``non_dominated_share(Y_batch, Y_observed)``: the share of a batch's rows that are
+  non-dominated among the observed rows and the batch together (a batch-quality figure).
 
 References:
     [While2006hso] L. While, P. Hingston, L. Barone, S. Huband. A faster algorithm for
         calculating hypervolume. IEEE Transactions on Evolutionary Computation 10(1), 2006.
+    [Coello2004igd] C. A. Coello Coello, M. Reyes Sierra. A study of the parallelization of a
+        coevolutionary multi-objective evolutionary algorithm. MICAI 2004.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+#: Elements of the ``(rows, n, d)`` difference block of a distance computation (~16 MB).
+_BLOCK_ELEMENTS = 2_000_000
 
 
 def non_dominated(Y: np.ndarray) -> np.ndarray:
@@ -74,3 +97,91 @@ def _hv(Y: np.ndarray, ref: np.ndarray) -> float:
         front = front[non_dominated(front)]
         volume += depth * _hv(front, ref[:-1])
     return float(volume)
+
+
+def igd(Y: np.ndarray, front: np.ndarray) -> float:
+    """Inverted generational distance of ``Y: (n, m)`` to a reference ``front: (r, m)``.
+
+    ``inf`` when ``Y`` is empty.
+
+    Raises:
+        ValueError: the front is empty or the widths differ.
+    """
+    Y, front = _as_2d(Y, "Y"), _as_2d(front, "front")
+    _check_widths(Y, front, "Y", "front")
+    if len(Y) == 0:
+        return math.inf
+    return float(_nearest_distances(front, Y).mean())
+
+
+def emd(X: np.ndarray, pareto_set: np.ndarray) -> float:
+    """Expected Minimum Distance of ``X: (n, d)`` to reference Pareto-set points
+    ``pareto_set: (r, d)``, both in [0, 1]; in [0, 1], lower is better.
+
+    1.0, the largest possible value, when ``X`` is empty; 0.0 when ``d = 0``.
+
+    Raises:
+        ValueError: the reference set is empty or the widths differ.
+    """
+    X, pareto_set = _as_2d(X, "X"), _as_2d(pareto_set, "pareto_set")
+    _check_widths(X, pareto_set, "X", "pareto_set")
+    d = X.shape[1]
+    if len(X) == 0:
+        return 1.0
+    if d == 0:
+        return 0.0
+    return float(_nearest_distances(pareto_set, X).mean() / math.sqrt(d))
+
+
+def loo_emd(X: np.ndarray) -> float | None:
+    """Leave-one-out EMD of ``X: (n, d)`` in [0, 1] (module docstring); ``None`` when
+    ``n < 2`` or ``d = 0``."""
+    X = _as_2d(X, "X")
+    n, d = X.shape
+    if n < 2 or d == 0:
+        return None
+    return float(_nearest_distances(X, X, exclude_self=True).mean() / math.sqrt(d))
+
+
+def non_dominated_share(Y_batch: np.ndarray, Y_observed: np.ndarray) -> float:
+    """Share in [0, 1] of the rows of ``Y_batch: (q, m)`` that are non-dominated among
+    ``Y_observed: (n, m)`` and the batch together.
+
+    Raises:
+        ValueError: the batch is empty or the widths differ.
+    """
+    Y_batch, Y_observed = _as_2d(Y_batch, "Y_batch"), _as_2d(Y_observed, "Y_observed")
+    if len(Y_batch) == 0:
+        raise ValueError("Y_batch is empty")
+    _check_widths(Y_observed, Y_batch, "Y_observed", "Y_batch")
+    mask = non_dominated(np.vstack([Y_observed, Y_batch]))
+    return float(mask[len(Y_observed) :].mean())
+
+
+def _as_2d(A: np.ndarray, name: str) -> np.ndarray:
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2:
+        raise ValueError(f"{name} has shape {A.shape}, expected a 2-d array")
+    return A
+
+
+def _check_widths(A: np.ndarray, ref: np.ndarray, a_name: str, ref_name: str) -> None:
+    if len(ref) == 0:
+        raise ValueError(f"{ref_name} is empty")
+    if A.shape[1] != ref.shape[1]:
+        raise ValueError(f"{a_name} has {A.shape[1]} columns and {ref_name} {ref.shape[1]}")
+
+
+def _nearest_distances(Z: np.ndarray, X: np.ndarray, exclude_self: bool = False) -> np.ndarray:
+    """``(r,)``: for each row of ``Z: (r, d)`` the Euclidean distance to the nearest row of
+    ``X: (n, d)``; with ``exclude_self`` (``Z is X``), to the nearest other row."""
+    block = max(1, _BLOCK_ELEMENTS // max(1, len(X) * Z.shape[1]))
+    out = np.empty(len(Z))
+    for start in range(0, len(Z), block):
+        diff = Z[start : start + block, None, :] - X[None, :, :]
+        d2 = np.einsum("rnd,rnd->rn", diff, diff)
+        if exclude_self:
+            rows = np.arange(start, min(start + block, len(Z)))
+            d2[rows - start, rows] = np.inf
+        out[start : start + block] = np.sqrt(d2.min(axis=1))
+    return out

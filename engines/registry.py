@@ -1,6 +1,6 @@
 """Engine names to engine classes, imported only when a name is used.
 
-``gp`` pulls in torch and BoTorch; a study on ``random`` never pays for that import.
+``gp`` and ``pom`` pull in torch and BoTorch; a study on ``random`` never pays for that import.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ _ENGINES: dict[str, str] = {
     "random": "engines.quasirandom:RandomEngine",
     "gp": "engines.gp:GPEngine",
     "turbo-enn": "engines.turbo_enn:TurboENNEngine",
+    "pom": "engines.pom:POMEngine",
 }
 
 

@@ -25,7 +25,7 @@ from client.models import (
     TrialPublic,
 )
 from engines.errors import EngineOptionsError, EngineUnsupported, SpaceError
-from engines.metrics import hypervolume, non_dominated
+from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
@@ -135,7 +135,7 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
 
 def _public(store: Store, conn: Connection, row: Row) -> StudyPublic:
     spec = store.spec(conn, row.id)
-    best = _best_trials(conn, row.id, spec)
+    best, _ = _best_trials(conn, row.id, spec)
     best_values = best[0].values if len(spec.objective_names) == 1 and best else None
     return study_public(row, trial_counts(conn, row.id), best_values)
 
@@ -213,7 +213,11 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
 # --- best ---------------------------------------------------------------------------------
 
 
-def _best_trials(conn: Connection, study_id: int, spec: StudySpec) -> list[TrialPublic]:
+def _best_trials(
+    conn: Connection, study_id: int, spec: StudySpec
+) -> tuple[list[TrialPublic], np.ndarray]:
+    """The best feasible trial or the feasible non-dominated set, and their unit-cube points
+    ``(n, d)``."""
     # Rank on the values alone; only the winners are read whole.
     scored = conn.execute(
         select(trials_t.c.id, trials_t.c["values"])
@@ -224,34 +228,47 @@ def _best_trials(conn: Connection, study_id: int, spec: StudySpec) -> list[Trial
         )
         .order_by(trials_t.c.number)
     ).all()
+    d = spec.problem.d
     if not scored:
-        return []
+        return [], np.zeros((0, d))
     Y = np.array([[r.values[n] for n in spec.objective_names] for r in scored]) * spec.signs
     if len(spec.objective_names) == 1:
         ids = [scored[int(np.argmin(Y[:, 0]))].id]
     else:
         ids = [r.id for r, keep in zip(scored, non_dominated(Y), strict=True) if keep]
-    rows = conn.execute(select(trials_t).where(trials_t.c.id.in_(ids)).order_by(trials_t.c.number))
-    return [trial_public(r) for r in rows]
+    rows = conn.execute(
+        select(trials_t).where(trials_t.c.id.in_(ids)).order_by(trials_t.c.number)
+    ).all()
+    X = np.array([np.frombuffer(r.x, dtype=np.float64) for r in rows]).reshape(len(rows), d)
+    return [trial_public(r) for r in rows], X
 
 
 def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
     """One objective: the best feasible trial. Several: the feasible non-dominated set, with
-    its hypervolume when every objective has a reference."""
+    its hypervolume when every objective has a reference, and its leave-one-out EMD
+    (``engines.metrics.loo_emd``; see ``BestPublic``).
+
+    The true Pareto set is unknown to the service, so the EMD is taken of the observed set
+    against itself: cheap (one pass over the Pareto-optimal trials), in the search space's own
+    unit-cube coordinates, and comparable across the studies of one space."""
 
     def fn(conn: Connection) -> BestPublic:
         get_study_row(conn, tenant_id, study_id)
         spec = store.spec(conn, study_id)
-        trials = _best_trials(conn, study_id, spec)
-        ref = spec.problem.reference_point
-        if len(spec.objective_names) == 1 or ref is None:
+        trials, X = _best_trials(conn, study_id, spec)
+        if len(spec.objective_names) == 1:
             return BestPublic(trials=trials)
+        spread = loo_emd(X)
+        ref = spec.problem.reference_point
+        if ref is None:
+            return BestPublic(trials=trials, pareto_set_loo_emd=spread)
         assert all(t.values is not None for t in trials)
         Y = np.array([[t.values[n] for n in spec.objective_names] for t in trials])  # type: ignore[index]
         return BestPublic(
             trials=trials,
             hypervolume=hypervolume(Y.reshape(-1, len(ref)) * spec.signs, ref),
             reference_point={o.name: o.reference for o in spec.config.objectives},  # type: ignore[misc]
+            pareto_set_loo_emd=spread,
         )
 
     return store.db.read(fn)

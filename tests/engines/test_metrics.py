@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from engines.metrics import hypervolume, non_dominated
+from engines.metrics import emd, hypervolume, igd, loo_emd, non_dominated, non_dominated_share
 
 
 def test_non_dominated_mask():
@@ -38,3 +38,58 @@ def test_hypervolume_matches_monte_carlo_in_4d():
         covered |= np.all(y <= Z, axis=1)
     # Monte Carlo standard error is at most 0.5 / sqrt(2e5) = 0.0011; 5 sigma tolerance.
     assert hypervolume(Y, ref) == pytest.approx(covered.mean(), abs=0.0056)
+
+
+def test_igd_by_hand():
+    front = np.array([[0.0, 1.0], [1.0, 0.0]])
+    Y = np.array([[0.0, 1.0], [0.5, 0.5]])
+    # (0, 1) is in Y; (1, 0) is sqrt(0.5) from (0.5, 0.5).
+    assert igd(Y, front) == pytest.approx(np.sqrt(0.5) / 2)
+    assert igd(np.zeros((0, 2)), front) == np.inf
+
+
+def test_emd_by_hand():
+    pareto_set = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, 0.0]])
+    X = np.array([[0.0, 0.0], [0.0, 1.0]])
+    # Minimum distances 0, 1, 0.5; mean 0.5; divided by sqrt(2), the cube's diameter.
+    assert emd(X, pareto_set) == pytest.approx(0.5 / np.sqrt(2))
+    assert emd(pareto_set, pareto_set) == 0.0
+    assert emd(np.zeros((0, 2)), pareto_set) == 1.0
+    with pytest.raises(ValueError, match="columns"):
+        emd(X, np.zeros((1, 3)))
+
+
+def test_leave_one_out_emd_by_hand():
+    X = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    # Nearest other point: 1, 1, 0 (the duplicate), 0; mean 0.5.
+    assert loo_emd(X) == pytest.approx(0.5 / np.sqrt(2))
+    assert loo_emd(X[:1]) is None
+
+
+def test_non_dominated_share_by_hand():
+    observed = np.array([[1.0, 1.0]])
+    batch = np.array([[0.0, 2.0], [2.0, 2.0], [0.5, 0.5]])
+    # (2, 2) is dominated by (1, 1); (0, 2) and (0.5, 0.5) are not.
+    assert non_dominated_share(batch, observed) == pytest.approx(2 / 3)
+    assert non_dominated_share(batch[1:2], np.zeros((0, 2))) == 1.0
+    with pytest.raises(ValueError, match="empty"):
+        non_dominated_share(np.zeros((0, 2)), observed)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_hypervolume_matches_botorch(m):
+    import torch
+    from botorch.utils.multi_objective.box_decompositions.dominated import (
+        DominatedPartitioning,
+    )
+    from botorch.utils.multi_objective.hypervolume import Hypervolume
+
+    rng = np.random.default_rng(m)
+    Y = rng.random((30, m))
+    ref = np.full(m, 1.1)
+    # BoTorch maximizes: negate the points and the reference.
+    tY, tref = torch.as_tensor(-Y), torch.as_tensor(-ref)
+    partitioning = DominatedPartitioning(ref_point=tref, Y=tY)
+    ours = hypervolume(Y, ref)
+    assert ours == pytest.approx(partitioning.compute_hypervolume().item(), rel=1e-9)
+    assert ours == pytest.approx(Hypervolume(tref).compute(tY[torch.as_tensor(non_dominated(Y))]))
