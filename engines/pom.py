@@ -115,6 +115,7 @@ from engines.gp import (
 )
 from engines.metrics import non_dominated
 from engines.quasirandom import SobolStream, sobol_points
+from engines.space import distinct_rows
 
 _STATE_VERSION = 1
 #: Share of the pool made of perturbations of the observed non-dominated points, and their
@@ -278,7 +279,7 @@ class POMEngine:
         centres = front[rng.integers(len(front), size=n_local)]
         local = np.clip(centres + _LOCAL_SIGMA * rng.standard_normal((n_local, d)), 0.0, 1.0)
         pool = problem.space.snap(np.vstack([Z, local]))
-        return _distinct(pool, problem.space.snap(np.vstack([X_train, X_pending])))
+        return distinct_rows(pool, problem.space.snap(np.vstack([X_train, X_pending])))
 
     def _sample(
         self,
@@ -487,19 +488,3 @@ def _observed_front(Y: np.ndarray, C: np.ndarray) -> np.ndarray:
     mask = np.zeros(len(Y), dtype=bool)
     mask[np.flatnonzero(feasible)[non_dominated(Y[feasible])]] = True
     return mask
-
-
-def _distinct(X: np.ndarray, taken: np.ndarray) -> np.ndarray:
-    """The rows of ``X: (n, d)`` in order, without repeats and without rows of ``taken``."""
-    keys = _row_keys(X)
-    _, first = np.unique(keys, return_index=True)
-    first.sort()
-    if len(taken):
-        first = first[~np.isin(keys[first], _row_keys(taken))]
-    return X[first]
-
-
-def _row_keys(X: np.ndarray) -> np.ndarray:
-    """One comparable bytes value per row (``+ 0.0`` turns -0.0 into 0.0)."""
-    X = np.ascontiguousarray(X + 0.0, dtype=np.float64)
-    return X.view(np.dtype((np.void, X.itemsize * X.shape[1]))).ravel()

@@ -287,3 +287,19 @@ def _validate_one(p: Param, v: object) -> ParamValue:
             raise SpaceError(f"parameter {p.name!r}: {v} is not low + k * step (step {p.step})")
         return min(round(p.low + round(k) * p.step, 12), p.high)
     return float(v)
+
+
+def distinct_rows(X: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """The rows of ``X: (n, d)`` in order, without repeats and without rows of ``taken``."""
+    keys = _row_keys(X)
+    _, first = np.unique(keys, return_index=True)
+    first.sort()
+    if len(taken):
+        first = first[~np.isin(keys[first], _row_keys(taken))]
+    return X[first]
+
+
+def _row_keys(X: np.ndarray) -> np.ndarray:
+    """One comparable bytes value per row (``+ 0.0`` turns -0.0 into 0.0)."""
+    X = np.ascontiguousarray(X + 0.0, dtype=np.float64)
+    return X.view(np.dtype((np.void, X.itemsize * X.shape[1]))).ravel()

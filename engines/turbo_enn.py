@@ -66,6 +66,7 @@ from engines.base import JSON, History, Problem, Proposal
 from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
 from engines.quasirandom import SobolStream, sobol_points
+from engines.space import distinct_rows
 
 _STATE_VERSION = 1
 #: Relative improvement (of the TR's value range) that counts as a success.
@@ -328,7 +329,7 @@ class TurboENNEngine:
         upper = np.clip(centre + tr.length / 2, 0.0, 1.0)
 
         cands = self._candidates(centre, lower, upper, rng)
-        cands = _distinct(problem.space.snap(cands), taken)
+        cands = distinct_rows(problem.space.snap(cands), taken)
         if len(cands) == 0:
             return np.zeros((0, d)), params
         enn = _prefilter(enn, centre, lower, upper)
@@ -394,22 +395,6 @@ def _sobol(d: int, n: int) -> np.ndarray:
         points = qmc.Sobol(d, scramble=False).random(n)
     points.flags.writeable = False
     return points
-
-
-def _distinct(X: np.ndarray, taken: np.ndarray) -> np.ndarray:
-    """The rows of ``X`` in order, without repeats and without rows of ``taken``."""
-    rows = _as_keys(X)
-    _, first = np.unique(rows, return_index=True)
-    first.sort()
-    if len(taken):
-        first = first[~np.isin(rows[first], _as_keys(taken))]
-    return X[first]
-
-
-def _as_keys(X: np.ndarray) -> np.ndarray:
-    """One comparable bytes value per row."""
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    return X.view(np.dtype((np.void, X.itemsize * X.shape[1]))).ravel()
 
 
 def _prefilter(enn: ENN, centre: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> ENN:
