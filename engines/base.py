@@ -142,3 +142,16 @@ class Engine(Protocol):
         state: JSON,
         rng: np.random.Generator,
     ) -> Proposal: ...
+
+
+def check_option_ranges(checks: list[tuple[str, int | None, int, int, bool]]) -> None:
+    """Check integer engine options: ``(name, value, low, high, nullable)`` each.
+
+    Raises:
+        ValueError: a value outside ``[low, high]``, or ``None`` where not nullable.
+    """
+    for name, value, low, high, nullable in checks:
+        if value is None and nullable:
+            continue
+        if value is None or not low <= value <= high:
+            raise ValueError(f"{name} must be between {low} and {high}, got {value}")

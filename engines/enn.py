@@ -186,7 +186,7 @@ def _rank_exactly(
     if exclude_equal:
         equal = d2 == 0.0
         d2[equal], idx[equal] = np.inf, -1
-    # lexsort keys: last is primary. -1 placeholders sit at inf, after every real point.
+    # lexsort keys: last is primary. Absent neighbours (index -1) sit at inf, after real ones.
     order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), d2), axis=1)
     return np.take_along_axis(idx, order, axis=1), np.take_along_axis(d2, order, axis=1)
 

@@ -103,7 +103,7 @@ from botorch.models import ModelListGP
 from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from scipy.stats import qmc
 
-from engines.base import JSON, History, Problem, Proposal
+from engines.base import JSON, History, Problem, Proposal, check_option_ranges
 from engines.gp import (
     _NUMERICAL_ERRORS,
     _fit_gp,
@@ -157,18 +157,15 @@ class POMEngine:
     num_features: int = 1024
 
     def __post_init__(self) -> None:
-        checks = [
-            ("n_initial", self.n_initial, 1, 10_000, True),
-            ("n_samples", self.n_samples, 2, 4_096, True),
-            ("pool_size", self.pool_size, 16, 100_000, False),
-            ("top_candidates", self.top_candidates, 1, 100_000, False),
-            ("num_features", self.num_features, 16, 16_384, False),
-        ]
-        for name, value, low, high, nullable in checks:
-            if value is None and nullable:
-                continue
-            if value is None or not low <= value <= high:
-                raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+        check_option_ranges(
+            [
+                ("n_initial", self.n_initial, 1, 10_000, True),
+                ("n_samples", self.n_samples, 2, 4_096, True),
+                ("pool_size", self.pool_size, 16, 100_000, False),
+                ("top_candidates", self.top_candidates, 1, 100_000, False),
+                ("num_features", self.num_features, 16, 16_384, False),
+            ]
+        )
         if not (math.isfinite(self.lambda_coverage) and 0 <= self.lambda_coverage <= 100):
             raise ValueError(
                 f"lambda_coverage must be between 0 and 100, got {self.lambda_coverage}"

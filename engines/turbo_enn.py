@@ -62,7 +62,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import qmc
 
-from engines.base import JSON, History, Problem, Proposal
+from engines.base import JSON, History, Problem, Proposal, check_option_ranges
 from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
 from engines.quasirandom import SobolStream, sobol_points
@@ -157,20 +157,17 @@ class TurboENNEngine:
     restart_keeps_data: bool = False
 
     def __post_init__(self) -> None:
-        checks = [
-            ("n_initial", self.n_initial, 1, 10_000, True),
-            ("k_neighbors", self.k_neighbors, 1, 1_000, False),
-            ("n_candidates", self.n_candidates, 1, 100_000, True),
-            ("success_tolerance", self.success_tolerance, 1, 1_000, False),
-            ("failure_tolerance", self.failure_tolerance, 1, 1_000, True),
-            ("fit_candidates", self.fit_candidates, 1, 10_000, False),
-            ("fit_samples", self.fit_samples, 2, 100_000, False),
-        ]
-        for name, value, low, high, nullable in checks:
-            if value is None and nullable:
-                continue
-            if value is None or not low <= value <= high:
-                raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+        check_option_ranges(
+            [
+                ("n_initial", self.n_initial, 1, 10_000, True),
+                ("k_neighbors", self.k_neighbors, 1, 1_000, False),
+                ("n_candidates", self.n_candidates, 1, 100_000, True),
+                ("success_tolerance", self.success_tolerance, 1, 1_000, False),
+                ("failure_tolerance", self.failure_tolerance, 1, 1_000, True),
+                ("fit_candidates", self.fit_candidates, 1, 10_000, False),
+                ("fit_samples", self.fit_samples, 2, 100_000, False),
+            ]
+        )
         if not 0 < self.length_min <= self.length_init <= self.length_max <= 2:
             raise ValueError(
                 "need 0 < length_min <= length_init <= length_max <= 2, got "
