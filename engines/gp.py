@@ -150,10 +150,7 @@ class GPEngine:
         rng: np.random.Generator,
     ) -> Proposal:
         space, d = problem.space, problem.d
-        seed, index = state.get("seed"), state.get("index")
-        if not (type(seed) is int and type(index) is int and seed >= 0 and index >= 0):
-            seed, index = int(rng.integers(2**31)), 0
-        stream = SobolStream(d, seed, index)
+        stream = SobolStream.resume(d, state, rng)
 
         n_initial = self.n_initial if self.n_initial is not None else 2 * d + 1
         n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
@@ -171,7 +168,7 @@ class GPEngine:
             details += model_details
         if d:
             X = _replace_duplicates(problem, history, X, details, stream, rng)
-        new_state = {"version": _STATE_VERSION, "seed": seed, "index": stream.index}
+        new_state = {"version": _STATE_VERSION, "seed": stream.seed, "index": stream.index}
         return Proposal(X=X.reshape(count, d), state=new_state, details=details)
 
     def _model_points(

@@ -180,10 +180,7 @@ class POMEngine:
         rng: np.random.Generator,
     ) -> Proposal:
         space, d = problem.space, problem.d
-        seed, index = state.get("seed"), state.get("index")
-        if not (type(seed) is int and type(index) is int and seed >= 0 and index >= 0):
-            seed, index = int(rng.integers(2**31)), 0
-        stream = SobolStream(d, seed, index)
+        stream = SobolStream.resume(d, state, rng)
         last = dict(state["last"]) if isinstance(state.get("last"), dict) else None
 
         n_initial = self.n_initial if self.n_initial is not None else 2 * (d + 1)
@@ -203,7 +200,12 @@ class POMEngine:
             last = summary or last
         if d:
             X = _replace_duplicates(problem, history, X, details, stream, rng)
-        new_state = {"version": _STATE_VERSION, "seed": seed, "index": stream.index, "last": last}
+        new_state = {
+            "version": _STATE_VERSION,
+            "seed": stream.seed,
+            "index": stream.index,
+            "last": last,
+        }
         return Proposal(X=X.reshape(count, d), state=new_state, details=details)
 
     def _model_points(

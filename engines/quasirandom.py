@@ -43,6 +43,15 @@ class SobolStream:
     def __init__(self, d: int, seed: int, index: int = 0) -> None:
         self.d, self.seed, self.index = d, seed, index
 
+    @classmethod
+    def resume(cls, d: int, state: JSON, rng: np.random.Generator) -> SobolStream:
+        """The stream an engine's ``state`` left off (its ``seed`` and ``index``), or a new one
+        seeded from ``rng`` when the state has none that is valid."""
+        seed, index = state.get("seed"), state.get("index", 0)
+        if not (type(seed) is int and type(index) is int and seed >= 0 and index >= 0):
+            seed, index = int(rng.integers(2**31)), 0
+        return cls(d, seed, index)
+
     def draw(self, n: int) -> np.ndarray:
         """The next ``n`` points, ``(n, d)`` in [0, 1)."""
         if self.d == 0:
@@ -109,14 +118,10 @@ class RandomEngine:
         state: JSON,
         rng: np.random.Generator,
     ) -> Proposal:
-        seed = state.get("seed")
-        index = state.get("index", 0)
-        if not isinstance(seed, int) or not isinstance(index, int):
-            seed, index = int(rng.integers(2**31)), 0
-        stream = SobolStream(problem.d, seed, index)
+        stream = SobolStream.resume(problem.d, state, rng)
         X = sobol_points(problem, history.X_pending, count, stream)
         return Proposal(
             X=X,
-            state={"seed": seed, "index": stream.index},
+            state={"seed": stream.seed, "index": stream.index},
             details=[{"source": "sobol"} for _ in range(count)],
         )
