@@ -10,8 +10,10 @@ Reference Pareto sets (design space, unit cube) and fronts (objective space), fr
 
 - DTLZ2: ``u_0`` on a uniform grid of 2,000 points of [0, 1], ``u_1..u_5 = 0.5`` (exact;
   ``g = 0``; the front is then uniform in angle).
-- ZDT3: ``u_0`` on a uniform grid of 2,000 points of BoTorch's ``ZDT3._parts`` (the five
-  intervals of the front), ``u_1..u_5 = 0`` (exact; ``g = 1``).
+- ZDT3 (``ZDT3Standard``: the original definition, ``f_1 = g h``; BoTorch's ``ZDT3`` drops the
+  factor ``g``, which makes the face ``u_0 = 0`` Pareto-optimal too): ``u_0`` on a uniform grid
+  of 2,000 points of BoTorch's ``ZDT3._parts`` (the five intervals of the front), ``u_1..u_5 =
+  0`` (exact; ``g = 1``).
 - BraninCurrin: the non-dominated points of a 1,000 x 1,000 grid of [0, 1]^2, corners
   included (815 points, computed on the fly in about a second).
 - VehicleSafety: no closed form. ``python bench/pom_reference.py`` writes an approximation to
@@ -57,6 +59,21 @@ ARCHIVE = 5000
 SEED = 0
 
 
+class ZDT3Standard(ZDT3):
+    """ZDT3 as Zitzler, Deb and Thiele (2000) define it: ``f_1 = g(x) h(f_0, g)``.
+
+    BoTorch's ``ZDT3`` returns ``f_1 = h`` without the factor ``g``. The front (``g = 1``) and the
+    maximum hypervolume are the same, but the Pareto set is not: at ``x_0 = 0`` BoTorch's
+    ``f = (0, 1)`` whatever ``x_1..x_5``, so the whole face ``x_0 = 0`` (five-dimensional) is
+    Pareto-optimal there, which the reference set below (``x_1..x_5 = 0``) leaves out. With the
+    factor ``g`` the Pareto set is exactly ``x_0`` in the five parts, ``x_1..x_5 = 0``.
+    """
+
+    def _evaluate_true(self, X: torch.Tensor) -> torch.Tensor:
+        f = super()._evaluate_true(X)
+        return torch.stack([f[..., 0], self._g(X) * f[..., 1]], dim=-1)
+
+
 @dataclass(frozen=True)
 class Spec:
     """One benchmark problem."""
@@ -76,7 +93,7 @@ class Spec:
         if self.key == "dtlz2":
             return DTLZ2(dim=self.d, num_objectives=self.m)
         if self.key == "zdt3":
-            return ZDT3(dim=self.d)
+            return ZDT3Standard(dim=self.d)
         if self.key == "vehiclesafety":
             return VehicleSafety()
         raise KeyError(self.key)

@@ -19,26 +19,33 @@ every observed point is evaluated on the same ``S`` functions (common random num
 
 Pool and sample Pareto sets. The pool ``Z`` is ``pool_size`` points: scrambled Sobol (3/4) and
 Gaussian perturbations (sigma 0.05) of the observed non-dominated points (1/4), snapped to the
-parameter grid, without observed or pending points. Then each sample path refines
-``K = ceil(refine_points / S)`` more points (default 256 in all): for random weights
-``w ~ Dirichlet(1)`` it minimizes the augmented Chebyshev scalarization::
+parameter grid, without observed or pending points. Then each sample path ``f^(s)`` refines
+more points, by 100 projected Adam steps in the unit cube through the path (a path is a
+differentiable function), each from the best pool or observed point of what it minimizes:
 
-    g_w^(s)(x) = max_i w_i u_i(x) + rho sum_i w_i u_i(x) + beta sum_j max(0, c_j^(s)(x)) / sd_j
-    u_i(x)     = (f_i^(s)(x) - min_z f_i^(s)(z)) / sd_i
+1. each objective alone, ``u_i + rho sum_l u_l`` (so a minimizer is Pareto-optimal, not only
+   weakly), which gives the sample's ideal point ``z^(s)``, the least value of each objective
+   over these minimizers, the pool and the observed points;
+2. ``K = ceil(refine_points / S)`` random augmented Chebyshev scalarizations (``refine_points``
+   = 256 by default), ``w ~ Dirichlet(1)``::
 
-(``sd``: the observed spread of each output, ``rho = 0.05``, ``beta = 10``) from the best pool or
-observed point of that scalarization, by 100 projected Adam steps in the unit cube through the
-path (a path is a differentiable function). The refined points join the pool and, like every
-pool point, are judged on all ``S`` paths. Pareto sets often lie on the boundary or on a thin
-manifold (ZDT3: ``x_2..x_d = 0``) that a finite pool in ``d >= 5`` misses; the refined points
-reach them, as qLogNEHVI's gradient-based acquisition optimizer does. Research notes 3.3 offer an
-NSGA-II run per path; a gradient descent per weight vector is cheaper at the same purpose.
-``P^(s)`` is the set of pool points that no
-pool point and no observed point dominates under ``f^(s)``, among the *eligible* points:
-feasible under the sampled constraints (``c^(s)(x) <= 0``) and below the reference point ``r``
-in every objective (the problem's, else the nadir of the observed feasible front moved back by
-10 % of its range, as in ``engines.gp``). In a sample where nothing is below ``r``, eligible
-means feasible; where nothing is feasible, the least total sampled violation. Observed points
+    g_w^(s)(x) = max_i w_i u_i(x) + rho sum_i u_i(x) + beta sum_j max(0, c_j^(s)(x)) / sd_j
+    u_i(x)     = (f_i^(s)(x) - z_i^(s)) / sd_i
+
+(``sd``: the observed spread of each output, ``rho = 0.05``, ``beta = 10``). The ideal comes
+first because a Chebyshev centre above what the path reaches sends every scalarization to one
+end of the front. The refined points join the pool and, like every pool point, are judged on all
+``S`` paths. Pareto sets often lie on the boundary or on a thin manifold (ZDT3: ``x_2..x_d =
+0``) that a finite pool in ``d >= 5`` misses; the refined points reach them, as qLogNEHVI's
+gradient-based acquisition optimizer does. Research notes 3.3 offer an NSGA-II run per path; a
+gradient descent per weight vector serves the same purpose at less cost.
+
+``P^(s)`` is the set of pool points that no pool point and no observed point dominates under
+``f^(s)``, among the *eligible* points: feasible under the sampled constraints (``c^(s)(x) <=
+0``) and below the reference point ``r`` in every objective (the problem's, else the nadir of
+the observed feasible front moved back by 10 % of its range, as in ``engines.gp``). In a sample
+where nothing is below ``r``, eligible means feasible; where nothing is feasible, the least
+total sampled violation. Observed points
 enter with their sampled values, not their noisy observations. Then::
 
     PPO(x)      = (1/S) sum_s 1[x in P^(s)]                      (per-point Pareto probability)
@@ -368,16 +375,39 @@ def refine_on_paths(
     n_points: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """``(S K, d)`` points in [0, 1], ``K = ceil(n_points / S)``: each one a local minimizer, on
-    one sample path, of a random augmented Chebyshev scalarization (module docstring).
+    """``(S (m + K), d)`` points in [0, 1], ``K = ceil(n_points / S)``, each a local minimizer on
+    one sample path: of each objective alone, then of ``K`` random augmented Chebyshev
+    scalarizations around the ideal point that those minimizers give (module docstring).
 
     ``X_start: (N, d)`` the points ``values: (S, N, m + k)`` were evaluated at (models'
     orientation), ``scale: (m + k,)`` the observed spread of each output.
     """
     S = values.shape[0]
     K = max(1, math.ceil(n_points / S))
+    one_hot = torch.eye(m, dtype=torch.float64).expand(S, m, m)[:, :, None]  # (S, m, 1, m)
+    zero = torch.zeros((S, 1, 1, m), dtype=torch.float64)
+    extremes = _descend(paths, X_start, values, scale, zero, one_hot, m)  # (S, m, d)
+    with torch.no_grad():
+        candidates = torch.cat([values, _path_values(paths, extremes)], dim=1)
+    # The ideal must not lie above what the path can reach, or the scalarizations all end at
+    # one end of the front: hence the minimizers first, then the ideal over them and the starts.
+    lo = (-candidates[..., :m] / scale[:m]).amin(dim=1)[:, None, None]  # (S, 1, 1, m)
     weights = torch.as_tensor(rng.dirichlet(np.ones(m), size=(S, K, 1)))  # (S, K, 1, m)
-    lo = (-values[..., :m] / scale[:m]).amin(dim=1)[:, None, None]  # (S, 1, 1, m) ideal
+    spread = _descend(paths, X_start, values, scale, lo, weights, m)  # (S, K, d)
+    return torch.cat([extremes, spread], dim=1).reshape(S * (m + K), -1).numpy()
+
+
+def _descend(
+    paths: Any,
+    X_start: torch.Tensor,
+    values: torch.Tensor,
+    scale: torch.Tensor,
+    lo: torch.Tensor,
+    weights: torch.Tensor,
+    m: int,
+) -> torch.Tensor:
+    """``(S, K, d)``: for each sample path ``s`` and weight vector ``weights[s, k, 0]``, projected
+    Adam on the scalarization from the best of ``X_start`` (``values``: its path values)."""
     start_scores = _scalarized(values[:, None], scale, lo, weights, m)  # (S, K, N)
     x = X_start[start_scores.argmin(dim=-1)].clone().requires_grad_(True)  # (S, K, d)
     optimizer = torch.optim.Adam([x], lr=_REFINE_LR)
@@ -388,19 +418,22 @@ def refine_on_paths(
         optimizer.step()
         with torch.no_grad():
             x.clamp_(0.0, 1.0)
-    return x.detach().reshape(S * K, -1).numpy()
+    return x.detach()
 
 
 def _scalarized(
     values: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor, weights: torch.Tensor, m: int
 ) -> torch.Tensor:
     """The penalized augmented Chebyshev scalarization of ``values: (..., m + k)`` (models'
-    orientation): ``max_i w_i u_i + rho sum_i w_i u_i + beta sum_j max(0, c_j) / scale_j`` with
-    ``u_i = -f_i / scale_i - lo_i``; ``lo`` and ``weights`` broadcast against ``(..., m)``."""
+    orientation): ``max_{i: w_i > 0} w_i u_i + rho sum_i u_i + beta sum_j max(0, c_j) / scale_j``
+    with ``u_i = -f_i / scale_i - lo_i``; ``lo`` and ``weights`` broadcast against ``(..., m)``.
+    With one weight 1 and the others 0 it is ``f_i`` plus ``rho`` times the others, whose
+    minimizer is Pareto-optimal, not only weakly."""
     units = values / scale
-    weighted = weights * (-units[..., :m] - lo)
+    u = -units[..., :m] - lo
+    weighted = torch.where(weights > 0, weights * u, -torch.inf)
     penalty = torch.relu(units[..., m:]).sum(-1)
-    return weighted.amax(-1) + _AUGMENT * weighted.sum(-1) + _PENALTY * penalty
+    return weighted.amax(-1) + _AUGMENT * u.sum(-1) + _PENALTY * penalty
 
 
 def pareto_sample_masks(
@@ -455,7 +488,7 @@ def non_dominated_per_sample(F: np.ndarray, eligible: np.ndarray) -> np.ndarray:
     dominated = np.zeros((S, N), dtype=bool)
     for j in range(n_w):
         w = np.take_along_axis(G, witnesses[:, j, None, None], axis=1)  # (S, 1, m)
-        dominated |= np.all(w <= G, axis=-1) & np.any(w < G, axis=-1)
+        dominated |= _dominates(w, G)
     survivors = eligible & ~dominated
     counts = survivors.sum(axis=1)
     width = int(counts.max())
@@ -466,12 +499,24 @@ def non_dominated_per_sample(F: np.ndarray, eligible: np.ndarray) -> np.ndarray:
     block = max(1, _PAIRWISE_BLOCK // max(1, width * width * m))
     for start in range(0, S, block):
         h = H[start : start + block]
-        a, b = h[:, :, None, :], h[:, None, :, :]  # a dominates b
-        dom = np.all(a <= b, axis=-1) & np.any(a < b, axis=-1)
-        keep[start : start + block] = ~dom.any(axis=1)
+        keep[start : start + block] = ~_dominates(h[:, :, None, :], h[:, None, :, :]).any(axis=1)
     mask = np.zeros((S, N), dtype=bool)
     np.put_along_axis(mask, idx, keep & valid, axis=1)
     return mask
+
+
+def _dominates(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` dominates ``b`` (minimization), broadcast over all but the last axis, the objectives.
+
+    One comparison per objective: numpy's ``all``/``any`` over a short last axis are many times
+    slower than these elementwise passes.
+    """
+    no_worse = a[..., 0] <= b[..., 0]
+    equal = a[..., 0] == b[..., 0]
+    for i in range(1, a.shape[-1]):
+        no_worse &= a[..., i] <= b[..., i]
+        equal &= a[..., i] == b[..., i]
+    return no_worse & ~equal
 
 
 def greedy_batch(

@@ -21,7 +21,13 @@ from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
 
 #: Small settings: every engine test runs in well under a second of fitting and sampling.
-SMALL = {"n_samples": 16, "pool_size": 256, "num_features": 128, "top_candidates": 64}
+SMALL = {
+    "n_samples": 16,
+    "pool_size": 256,
+    "num_features": 128,
+    "top_candidates": 64,
+    "refine_points": 32,
+}
 
 
 # --- sample Pareto sets ---------------------------------------------------------------------
@@ -117,6 +123,40 @@ def test_pending_points_count_as_already_chosen():
     assert chosen[0] >= 5  # the new point goes to piece B
 
 
+# --- refinement on the sample paths -------------------------------------------------------
+
+
+def test_refined_points_reach_a_pareto_set_on_the_boundary_that_the_pool_misses():
+    # f0 = a, f1 = 1 - a + 4 b: the Pareto set is the edge b = 0, which no random point is on.
+    import torch
+    from botorch.models import ModelListGP
+
+    rng = np.random.default_rng(0)
+    X = rng.random((20, 2))
+    targets = -np.column_stack([X[:, 0], 1 - X[:, 0] + 4 * X[:, 1]])  # the models maximize
+    tX = torch.as_tensor(X)
+    model = ModelListGP(*[pom._fit_gp(tX, targets[:, i], []) for i in range(2)])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        paths = pom.draw_matheron_paths(model, torch.Size([8]))
+        starts = torch.as_tensor(rng.random((64, 2)) * [1.0, 0.8] + [0.0, 0.2])  # b >= 0.2
+        values = pom._path_values(paths, starts)
+    scale = torch.as_tensor(targets.std(axis=0))
+    refined = pom.refine_on_paths(paths, starts, values, scale, 2, 32, rng)
+    assert refined.shape == (8 * (2 + 4), 2)  # per path: 2 minimizers, 4 scalarizations
+    assert np.all((refined >= 0) & (refined <= 1))
+    assert np.max(refined[:, 1]) < 0.02  # on the edge, far from every start
+    assert np.ptp(refined[:, 0]) > 0.3  # random weights spread them along it
+
+
+def test_refinement_can_be_switched_off_and_adds_candidates_when_on():
+    problem = Problem(SPACE, n_objectives=2)
+    off = _suggest(problem, _history(2), 2, refine_points=0, pool_size=64)
+    on = _suggest(problem, _history(2), 2, refine_points=32, pool_size=64)
+    assert [d["source"] for d in off.details] == [d["source"] for d in on.details] == ["pom"] * 2
+    assert not np.array_equal(off.X, on.X)
+
+
 # --- the engine ---------------------------------------------------------------------------
 
 SPACE = SearchSpace([FloatParam("a", 0, 1), FloatParam("b", 0, 1)])
@@ -196,7 +236,13 @@ def test_a_numerical_failure_falls_back_to_sobol_with_the_reason(monkeypatch):
 
 @pytest.mark.parametrize(
     "options",
-    [{"n_samples": 1}, {"pool_size": 3}, {"lambda_coverage": -1.0}, {"num_features": 0}],
+    [
+        {"n_samples": 1},
+        {"pool_size": 3},
+        {"lambda_coverage": -1.0},
+        {"num_features": 0},
+        {"refine_points": -1},
+    ],
 )
 def test_bad_options_are_refused(options):
     with pytest.raises(EngineOptionsError):
