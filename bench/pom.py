@@ -602,7 +602,7 @@ def print_tables(
         "(front HV share: the hypervolume of the 2,000-point reference front over max HV, a check "
         "of the reference; initial design 2 (d + 1) Sobol points)"
     )
-    print(f"\n## Results: median over {len(s.seeds)} seed(s) (min - max)\n")
+    print("\n## Results: median over the seeds that ran (their count in each row; min - max)\n")
     print(
         "| problem | method | seeds | HV share | log10 HV gap | EMD (Pareto pts) | EMD (all pts) "
         "| IGD | batch non-dominated share | s / batch | fit s / batch | Pareto pts |"
