@@ -260,6 +260,13 @@ class BestPublic(BaseModel):
     hypervolume: float | None = None
     reference_point: dict[str, float] | None = None
     pareto_set_loo_emd: float | None = None
+    #: Whether a completed trial is feasible. When the study has constraints and none is yet,
+    #: ``trials`` is empty, ``least_violating`` is the completed trial of least total violation
+    #: and ``total_violation`` its violation: the sum, over the constraints, of how far the
+    #: value is past the threshold, in each constraint's own units (SCBO's measure).
+    feasible_found: bool = False
+    least_violating: TrialPublic | None = None
+    total_violation: float | None = None
 
 
 # --- export and import --------------------------------------------------------------------

@@ -243,10 +243,29 @@ def _best_trials(
     return [trial_public(r) for r in rows], X
 
 
+def _least_violating(
+    conn: Connection, study_id: int, spec: StudySpec
+) -> tuple[TrialPublic | None, float | None]:
+    """The completed (infeasible) trial of least total violation and that violation, or
+    ``(None, None)`` when no trial is completed. The first by number wins a tie."""
+    scored = conn.execute(
+        select(trials_t.c.id, trials_t.c.constraints)
+        .where(trials_t.c.study_id == study_id, trials_t.c.state == "completed")
+        .order_by(trials_t.c.number)
+    ).all()
+    if not scored or not spec.constraint_names:
+        return None, None
+    violations = [sum(max(v, 0.0) for v in spec.constraint_slack(r.constraints)) for r in scored]
+    i = int(np.argmin(violations))
+    row = conn.execute(select(trials_t).where(trials_t.c.id == scored[i].id)).one()
+    return trial_public(row), float(violations[i])
+
+
 def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
     """One objective: the best feasible trial. Several: the feasible non-dominated set, with
     its hypervolume when every objective has a reference, and its leave-one-out EMD
-    (``engines.metrics.loo_emd``; see ``BestPublic``).
+    (``engines.metrics.loo_emd``; see ``BestPublic``). With constraints and no feasible trial
+    yet: no trials, ``feasible_found`` false, and the trial of least total violation.
 
     The true Pareto set is unknown to the service, so the EMD is taken of the observed set
     against itself: cheap (one pass over the Pareto-optimal trials), in the search space's own
@@ -256,16 +275,20 @@ def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
         get_study_row(conn, tenant_id, study_id)
         spec = store.spec(conn, study_id)
         trials, X = _best_trials(conn, study_id, spec)
+        if not trials:
+            least, violation = _least_violating(conn, study_id, spec)
+            return BestPublic(trials=[], least_violating=least, total_violation=violation)
         if len(spec.objective_names) == 1:
-            return BestPublic(trials=trials)
+            return BestPublic(trials=trials, feasible_found=True)
         spread = loo_emd(X)
         ref = spec.problem.reference_point
         if ref is None:
-            return BestPublic(trials=trials, pareto_set_loo_emd=spread)
+            return BestPublic(trials=trials, feasible_found=True, pareto_set_loo_emd=spread)
         assert all(t.values is not None for t in trials)
         Y = np.array([[t.values[n] for n in spec.objective_names] for t in trials])  # type: ignore[index]
         return BestPublic(
             trials=trials,
+            feasible_found=True,
             hypervolume=hypervolume(Y.reshape(-1, len(ref)) * spec.signs, ref),
             reference_point={o.name: o.reference for o in spec.config.objectives},  # type: ignore[misc]
             pareto_set_loo_emd=spread,

@@ -198,6 +198,34 @@ def test_best_is_the_best_feasible_trial_under_constraints(http):
     assert trial_a["feasible"] is False
 
 
+def test_best_without_a_feasible_trial_says_so_and_gives_the_least_violating_one(http):
+    body = study_body(
+        constraints=[
+            {"name": "mem", "op": "<=", "threshold": 10.0},
+            {"name": "acc", "op": ">=", "threshold": 0.9},
+        ],
+    )
+    sid = http.post("/v1/studies", json=body).json()["id"]
+    empty = http.get(f"/v1/studies/{sid}/best").json()
+    assert empty["trials"] == [] and empty["feasible_found"] is False
+    assert empty["least_violating"] is None and empty["total_violation"] is None
+    a, b, c, d = _ask(http, sid, count=4)
+    # Total violations: a 12 + 0, b 0.5 + 0.1, c 0 + 0.8; d failed (never counted).
+    _tell(http, sid, a["number"], values={"value": 0.0}, constraints={"mem": 22.0, "acc": 0.95})
+    _tell(http, sid, b["number"], values={"value": 9.0}, constraints={"mem": 10.5, "acc": 0.8})
+    _tell(http, sid, c["number"], values={"value": 5.0}, constraints={"mem": 3.0, "acc": 0.1})
+    _tell(http, sid, d["number"], state="failed", reason="crashed")
+    best = http.get(f"/v1/studies/{sid}/best").json()
+    assert best["trials"] == [] and best["feasible_found"] is False
+    assert best["least_violating"]["number"] == b["number"]
+    assert best["total_violation"] == pytest.approx(0.6)
+    (e,) = _ask(http, sid)
+    _tell(http, sid, e["number"], values={"value": 7.0}, constraints={"mem": 1.0, "acc": 0.99})
+    best = http.get(f"/v1/studies/{sid}/best").json()
+    assert [t["number"] for t in best["trials"]] == [e["number"]]
+    assert best["feasible_found"] is True and best["least_violating"] is None
+
+
 def test_best_of_several_objectives_is_the_pareto_set_with_hypervolume(http):
     body = study_body(
         parameters=[FLOAT_X, FLOAT_Y],
