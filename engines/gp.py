@@ -279,16 +279,26 @@ def _training_data(problem: Problem, history: History) -> tuple[np.ndarray, np.n
     return problem.space.snap(history.X), np.stack(columns, axis=1)
 
 
-def _fit_gp(X: torch.Tensor, y: np.ndarray, cat_dims: list[int]) -> SingleTaskGP:
-    """A GP on ``X: (n, d)`` and ``y: (n,)``, hyperparameters by maximum marginal likelihood."""
+def _fit_gp(
+    X: torch.Tensor,
+    y: np.ndarray,
+    cat_dims: list[int],
+    maxiter: int = _FIT_MAXITER,
+    start: Callable[[SingleTaskGP], None] | None = None,
+) -> SingleTaskGP:
+    """A GP on ``X: (n, d)`` and ``y: (n,)``, hyperparameters by maximum marginal likelihood
+    (at most ``maxiter`` L-BFGS iterations, from the hyperparameters ``start`` sets on the new
+    model, when given)."""
     Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
     model: SingleTaskGP
     if cat_dims:
         model = MixedSingleTaskGP(X, Y, cat_dims=cat_dims, outcome_transform=Standardize(m=1))
     else:
         model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=1))
+    if start is not None:
+        start(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
-    fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": _FIT_MAXITER}})
+    fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 
 

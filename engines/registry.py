@@ -18,6 +18,7 @@ _ENGINES: dict[str, str] = {
     "gp": "engines.gp:GPEngine",
     "turbo-enn": "engines.turbo_enn:TurboENNEngine",
     "pom": "engines.pom:POMEngine",
+    "lcbo": "engines.lcbo:LCBOEngine",
 }
 
 

@@ -1,0 +1,696 @@
+"""The ``lcbo`` engine: local constrained Bayesian optimization for high dimensions.
+
+Problem: minimize ``f(x)`` subject to ``c_j(x) <= 0`` (``j = 1..k``) over ``x`` in ``[0, 1]^d``,
+every function a black box.
+
+Method, after [Jing2026lcbo] (no code is public; the design is ours, built on GIBO
+[Muller2021gibo], MinUCB and SCBO [Eriksson2021scbo]). One local search at a time, around an
+*iterate* ``x_t``, which is always an observed point:
+
+- Local models. Independent GPs for ``f`` and each ``c_j`` (the ``gp`` engine's: constant mean,
+  RBF kernel with per-dimension lengthscales under a dimension-scaled log-normal prior, inferred
+  noise, standardized outcomes), on the ``local_points`` observations nearest to ``x_t``
+  (default ``max(100, 2 d)``), so an ask costs the same at 1,000 or 50,000 observations. In
+  standardized units, with data ``(X, y)``, noise ``s2`` and constant ``m``::
+
+      mu(x) = m + k(x, X) (K + s2 I)^-1 (y - m)
+      sigma^2(x) = k(x, x) - k(x, X) (K + s2 I)^-1 k(X, x)
+
+  A constraint is scaled by its local standard deviation ``s_j`` but not centred (its zero
+  threshold matters): ``u_j(x) = (mu_cj(x) + beta sigma_cj(x)) / s_j``.
+- Merit, the penalized surrogate, with ``mu_f`` standardized::
+
+      Phi(x) = mu_f(x) + rho sum_j softplus_tau(u_j(x)),   softplus_tau(u) = tau log(1 + e^(u/tau))
+
+  While the iterate is infeasible it is the smooth total violation
+  ``Phi_0(x) = sum_j softplus_tau(u_j(x))`` (SCBO minimizes violation first too). Gradients come
+  from torch autograd through the posterior.
+- Descent point: ``x+ = argmin Phi`` over the box ``B(x_t) = [x_t - delta, x_t + delta]``
+  clipped to the cube, by L-BFGS-B from ``x_t`` and from the best candidate points by ``Phi``.
+- Exploration points: the batch's other points maximize, greedily, the gradient information of
+  the merit at the anchor ``x+``: with the conditioning set ``A`` (local data, pending trials,
+  the batch so far; no values needed, so no fantasies), ``G = dk(x+, A)/dx+`` and
+  ``g(z) = dk(x+, z)/dx+``, one GP's trace reduction is::
+
+      tr Sigma_grad(x+ | A) - tr Sigma_grad(x+ | A + z) = ||G M k(A, z) - g(z)||^2 / v(z)
+      M = (K_A + s2 I)^-1,   v(z) = k(z, z) + s2 - k(z, A) M k(A, z)
+
+  summed over the GPs with the squared weights of the merit's linearization,
+  ``w_f = 1, w_j = rho sigmoid(u_j(x+) / tau)`` (feasibility phase: ``w_f = 0``,
+  ``w_j = sigmoid(u_j(x+) / tau)``). Candidates: points of ``B(x+)`` that differ from ``x+`` in
+  a random subset of coordinates (each with probability ``min(20 / d, 1)``).
+- Accept: after each batch the iterate becomes the best new observation if it beats ``x_t`` in
+  the order "less total violation ``sum_j max(c_j, 0)``, then lower ``f``". No trust region
+  shrinks on failures; ``delta`` stays fixed.
+- Penalty: ``rho`` (in standardized units, so it does not depend on the units of ``f``) is
+  kept at least ``2 max_j lambda_j``, the exact-penalty threshold; three batches in a row that
+  found a lower ``f`` only at infeasible points raise it tenfold (at most ``max_penalty``).
+- KKT residual at ``x_t``, from the posterior-mean gradients (standardized units): with
+  multipliers ``lambda >= 0`` from non-negative least squares over the near-active constraints
+  (``u_j >= -0.1``) and the active box bounds (``mu``),
+  ``r_KKT = ||grad mu_f + J_c^T lambda + bounds|| + sum_j |lambda_j c_j| + sum_j max(c_j, 0)``.
+- Restart: when the iterate has not improved in ``restart_patience`` evaluations (default
+  ``max(40, 4 d)``), or when ``r_KKT`` and the gradient's posterior standard deviation are both
+  below ``kkt_tol`` (converged), a new local search starts from a fresh Sobol design of
+  ``n_initial`` points. The study's history, and so its best, is kept.
+
+Our choices, where they differ from the research notes (``research/bo-engines.md`` section 4):
+
+- The exploration is anchored at the descent point ``x+``, not at ``x_t``: in a batch the two
+  are evaluated together, and the next iterate is most often ``x+``, whose gradient the
+  exploration points then inform; anchored at ``x_t`` they would describe a point left behind.
+- The iterate is the best observation in the feasibility-first order (any new point of the
+  batch, not only ``x+``) rather than the best by observed merit: the order cannot prefer an
+  infeasible point with a low ``f``, and it is what the study reports as best.
+- The constraints enter the merit pessimistically (``mu + beta sigma``, ``beta = 1``) and ``f`` by
+  its mean: descent stays on the side of the boundary the data support, and approaches it as
+  local data shrink ``sigma``.
+- ``q = 1`` alternates a descent ask and an exploration ask; a batch holds one descent point
+  and ``q - 1`` exploration points. A descent point equal to a pending or observed point is
+  left out, and its slot explores.
+- The hyperparameters of each GP are kept in the state and start the next fit, which then
+  needs few iterations (30 instead of 100 cold): a d = 100 ask stays within about a second.
+
+Points are in the unit cube; integer and categorical coordinates are treated as continuous and
+snapped (categoricals by index). Single objective only: a multi-objective study gets
+``EngineUnsupported``. A numerical failure falls back to Sobol points, said so in the details.
+
+References:
+    [Jing2026lcbo] J. Jing, Z. Fan, S. H. Ng, Q. Hu. Local constrained Bayesian optimization.
+        arXiv 2603.07965, 2026.
+    [Muller2021gibo] S. Muller, A. von Rohr, S. Trimpe. Local policy search with Bayesian
+        optimization. NeurIPS 2021.
+    [Eriksson2021scbo] D. Eriksson, M. Poloczek. Scalable constrained Bayesian optimization.
+        AISTATS 2021.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from botorch.models import SingleTaskGP
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from scipy.optimize import minimize, nnls
+
+from engines.base import JSON, History, Problem, Proposal, check_option_ranges
+from engines.errors import EngineUnsupported
+from engines.gp import (
+    _NUMERICAL_ERRORS,
+    _fit_gp,
+    _replace_duplicates,
+    _seeded,
+    _training_data,
+    _unfilled,
+)
+from engines.quasirandom import SobolStream, sobol_points
+
+_STATE_VERSION = 1
+_PHASES = ("initial", "feasibility", "optimize")
+#: L-BFGS iterations of a GP fit from the default hyperparameters and from the last ones.
+_FIT_MAXITER_COLD, _FIT_MAXITER_WARM = 100, 30
+#: A constraint takes part in the multipliers when ``u_j >= -_ACTIVE`` (standardized units).
+_ACTIVE = 0.1
+#: A coordinate this close to 0 or 1 is on its bound.
+_AT_BOUND = 1e-6
+#: Batches in a row that improve ``f`` only at infeasible points before ``rho`` grows tenfold.
+_OVERSHOOTS = 3
+
+
+@dataclass(frozen=True)
+class LCBOState:
+    """The engine's JSON state; see the module docstring."""
+
+    version: int
+    seed: int  # of the Sobol stream of initial designs
+    index: int  # next point of that stream
+    generation: int  # restarts so far
+    region_start: int  # first History row of the current local search
+    n_seen: int  # History rows already absorbed
+    n_init_given: int  # initial points handed out in this local search
+    model_asks: int  # asks answered by the models in this local search
+    phase: str  # initial, feasibility (iterate infeasible) or optimize
+    iterate_row: int | None  # History row of x_t
+    iterate_value: float | None
+    iterate_violation: float | None
+    penalty: float  # rho
+    kkt_residual: float | None
+    gradient_std: float | None  # sqrt(tr Sigma_grad Phi(x_t)), standardized units
+    stall: int  # evaluations since the iterate last improved
+    overshoots: int
+    hyperparameters: list[list[float]] | None  # per GP: log lengthscales, then log noise
+
+    @classmethod
+    def parse(cls, state: JSON, history: History) -> LCBOState | None:
+        try:
+            st = cls(**state)
+        except TypeError:
+            return None
+        ints = [st.version, st.seed, st.index, st.generation, st.region_start, st.n_seen]
+        ints += [st.n_init_given, st.model_asks, st.stall, st.overshoots]
+        if not all(type(v) is int and v >= 0 for v in ints) or st.version != _STATE_VERSION:
+            return None
+        if not st.region_start <= st.n_seen <= history.n or st.phase not in _PHASES:
+            return None
+        row = st.iterate_row
+        if row is not None and not (type(row) is int and st.region_start <= row < st.n_seen):
+            return None
+        if not (_number(st.penalty) and st.penalty > 0):
+            return None
+        optional = (st.iterate_value, st.iterate_violation, st.kkt_residual, st.gradient_std)
+        if not all(v is None or _number(v) for v in optional):
+            return None
+        hp = st.hyperparameters
+        if hp is not None and not (
+            isinstance(hp, list)
+            and all(isinstance(h, list) and all(_number(v) for v in h) for h in hp)
+        ):
+            return None
+        return st
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, float | int) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass
+class LCBOEngine:
+    """Local constrained BO: descent on a penalized surrogate plus gradient-information
+    exploration; see the module docstring.
+
+    Options:
+        n_initial: Sobol points that start each local search; ``None`` means
+            ``min(max(10, d), 100)``.
+        local_points: observations the local GPs are fitted on, the nearest to the iterate;
+            ``None`` means ``max(100, 2 d)``.
+        step: ``delta``, the half-width of the descent and exploration boxes (unit cube).
+        penalty: ``rho_0``, the starting penalty weight; ``max_penalty`` caps it.
+        temperature: ``tau`` of the softplus penalty (standardized constraint units).
+        beta: the constraint's pessimism, ``u = (mu + beta sigma) / s``.
+        n_candidates: candidate points per box; ``None`` means ``min(2000, max(500, 50 d))``.
+        num_restarts: L-BFGS-B starts of the descent.
+        restart_patience: evaluations without improvement before a restart; ``None`` means
+            ``max(40, 4 d)``.
+        kkt_tol: a local search has converged when the KKT residual and the gradient's
+            standard deviation are both below it.
+    """
+
+    name: ClassVar[str] = "lcbo"
+    uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = 1
+
+    n_initial: int | None = None
+    local_points: int | None = None
+    step: float = 0.1
+    penalty: float = 10.0
+    max_penalty: float = 1e4
+    temperature: float = 0.01
+    beta: float = 1.0
+    n_candidates: int | None = None
+    num_restarts: int = 5
+    restart_patience: int | None = None
+    kkt_tol: float = 1e-3
+
+    def __post_init__(self) -> None:
+        check_option_ranges(
+            [
+                ("n_initial", self.n_initial, 1, 10_000, True),
+                ("local_points", self.local_points, 2, 5_000, True),
+                ("n_candidates", self.n_candidates, 1, 100_000, True),
+                ("num_restarts", self.num_restarts, 1, 256, False),
+                ("restart_patience", self.restart_patience, 1, 1_000_000, True),
+            ]
+        )
+        if not 0 < self.step <= 1:
+            raise ValueError(f"step must be in (0, 1], got {self.step}")
+        if not 0 < self.penalty <= self.max_penalty <= 1e12:
+            raise ValueError(
+                f"need 0 < penalty <= max_penalty <= 1e12, got {self.penalty}, {self.max_penalty}"
+            )
+        if not 0 < self.temperature <= 10 or not 0 <= self.beta <= 10 or not self.kkt_tol >= 0:
+            raise ValueError("need 0 < temperature <= 10, 0 <= beta <= 10 and kkt_tol >= 0")
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        if problem.n_objectives > 1:
+            raise EngineUnsupported("lcbo optimizes one objective; use 'pom' or 'gp' for several")
+        d = problem.d
+        st = LCBOState.parse(state, history) or self._fresh(history, rng)
+        st = self._absorb(st, history)
+        if self._should_restart(st, d):
+            st = self._restart(st, history)
+        stream = SobolStream(d, st.seed, st.index)
+
+        n_sobol = count if d == 0 else min(count, max(0, self._n_initial(d) - st.n_init_given))
+        if st.iterate_row is None:  # nothing told in this local search yet
+            n_sobol = count
+        X = sobol_points(problem, history.X_pending, n_sobol, stream)
+        details: list[JSON] = [
+            {"source": "sobol", "generation": st.generation} for _ in range(n_sobol)
+        ]
+        if count > n_sobol:
+            X_model, model_details, st = self._model_points(
+                problem, history, st, np.vstack([history.X_pending, X]), count - n_sobol, rng
+            )
+            X, details = np.vstack([X, X_model]), details + model_details
+        if d:
+            X = _replace_duplicates(problem, history, X, details, stream, rng)
+        st = replace(st, index=stream.index, n_init_given=st.n_init_given + n_sobol)
+        return Proposal(X=X.reshape(count, d), state=asdict(st), details=details)
+
+    def _n_initial(self, d: int) -> int:
+        return self.n_initial if self.n_initial is not None else min(max(10, d), 100)
+
+    def _fresh(self, history: History, rng: np.random.Generator) -> LCBOState:
+        """A local search over the whole history: a lost state is rebuilt, never a study."""
+        return LCBOState(
+            version=_STATE_VERSION,
+            seed=int(rng.integers(2**31)),
+            index=0,
+            generation=0,
+            region_start=0,
+            n_seen=0,
+            n_init_given=history.n + len(history.X_pending),
+            model_asks=0,
+            phase="initial",
+            iterate_row=None,
+            iterate_value=None,
+            iterate_violation=None,
+            penalty=self.penalty,
+            kkt_residual=None,
+            gradient_std=None,
+            stall=0,
+            overshoots=0,
+            hyperparameters=None,
+        )
+
+    def _should_restart(self, st: LCBOState, d: int) -> bool:
+        patience = self.restart_patience or max(40, 4 * d)
+        converged = (
+            st.kkt_residual is not None
+            and st.gradient_std is not None
+            and st.kkt_residual <= self.kkt_tol
+            and st.gradient_std <= self.kkt_tol
+        )
+        return st.iterate_row is not None and (st.stall >= patience or converged)
+
+    def _restart(self, st: LCBOState, history: History) -> LCBOState:
+        return replace(
+            st,
+            generation=st.generation + 1,
+            region_start=history.n,
+            n_seen=history.n,
+            n_init_given=0,
+            model_asks=0,
+            phase="initial",
+            iterate_row=None,
+            iterate_value=None,
+            iterate_violation=None,
+            penalty=self.penalty,
+            kkt_residual=None,
+            gradient_std=None,
+            stall=0,
+            overshoots=0,
+        )
+
+    def _absorb(self, st: LCBOState, history: History) -> LCBOState:
+        """Accept the best row told since the last ask if it beats the iterate; count stalls
+        and overshoots (``f`` improved only at infeasible points), which raise the penalty."""
+        if history.n == st.n_seen:
+            return st
+        value, violation = _order_keys(history)
+        rows = np.arange(max(st.n_seen, st.region_start), history.n)
+        best = int(rows[np.lexsort((value[rows], violation[rows]))[0]])
+        row = st.iterate_row
+        improved = row is None or (violation[best], value[best]) < (violation[row], value[row])
+        overshoots, penalty = 0, st.penalty
+        if not improved and row is not None and violation[row] == 0:
+            lower = value[rows] < value[row]
+            overshoots = st.overshoots + 1 if bool(np.any(lower)) else 0
+            if overshoots >= _OVERSHOOTS:
+                overshoots, penalty = 0, min(10.0 * penalty, self.max_penalty)
+        new_row = best if improved else row
+        assert new_row is not None
+        return replace(
+            st,
+            n_seen=history.n,
+            iterate_row=new_row,
+            iterate_value=_finite_or_none(value[new_row]),
+            iterate_violation=_finite_or_none(violation[new_row]),
+            stall=0 if improved else st.stall + len(rows),
+            overshoots=overshoots,
+            penalty=penalty,
+        )
+
+    def _model_points(
+        self,
+        problem: Problem,
+        history: History,
+        st: LCBOState,
+        X_pending: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, list[JSON], LCBOState]:
+        """``count`` points from the local models, ``(count, d)``, their details and the new
+        state; NaN rows (filled with Sobol points later) when the models cannot be used.
+
+        ``X_pending: (p, d)`` are the pending trials plus the Sobol points of this batch.
+        """
+        data = _training_data(problem, history)
+        if isinstance(data, str):
+            return (*_unfilled(problem.d, count, data), st)
+        X_all, targets = data
+        assert st.iterate_row is not None
+        x_t = X_all[st.iterate_row]
+        n_local = self.local_points or max(100, 2 * problem.d)
+        local = np.argsort(np.sum((X_all - x_t) ** 2, axis=1), kind="stable")[:n_local]
+        # The GPs model f (minimized) and the constraint values.
+        columns = np.column_stack([-targets[local, 0], targets[local, 1:]])
+        feasibility = problem.n_constraints > 0 and (st.iterate_violation or 0.0) > 0.0
+        try:
+            with _seeded(int(rng.integers(2**31)), False):
+                models = self._fit(X_all[local], columns, st.hyperparameters)
+                result = self._propose(
+                    models, x_t, X_pending, count, st, feasibility, problem.space.snap, rng
+                )
+        except _NUMERICAL_ERRORS as exc:
+            return (*_unfilled(problem.d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), st)
+        X, roles, penalty, kkt, gradient_std = result
+        phase = "feasibility" if feasibility else "optimize"
+        detail = {"source": "lcbo", "phase": phase, "generation": st.generation}
+        details: list[JSON] = [{**detail, "role": role} for role in roles]
+        st = replace(
+            st,
+            model_asks=st.model_asks + 1,
+            phase=phase,
+            penalty=penalty,
+            kkt_residual=kkt,
+            gradient_std=gradient_std,
+            hyperparameters=[m.hyperparameters() for m in models],
+        )
+        return X, details, st
+
+    def _fit(
+        self, X: np.ndarray, columns: np.ndarray, warm: list[list[float]] | None
+    ) -> list[LocalGP]:
+        """One GP per column of ``columns: (n, 1 + k)`` on ``X: (n, d)``, each started from its
+        hyperparameters in ``warm`` when they fit this problem."""
+        n_models, d = columns.shape[1], X.shape[1]
+        usable = warm is not None and len(warm) == n_models and all(len(h) == d + 1 for h in warm)
+        tX = torch.as_tensor(X, dtype=torch.float64)
+        models = []
+        for i in range(n_models):
+            start = _warm_start(warm[i]) if usable and warm is not None else None
+            maxiter = _FIT_MAXITER_WARM if start else _FIT_MAXITER_COLD
+            models.append(LocalGP(_fit_gp(tX, columns[:, i], [], maxiter, start)))
+        return models
+
+    def _propose(
+        self,
+        models: list[LocalGP],
+        x_t: np.ndarray,
+        X_pending: np.ndarray,
+        count: int,
+        st: LCBOState,
+        feasibility: bool,
+        snap: Any,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, list[str], float, float, float]:
+        """The batch ``(count, d)``, each point's role, the new penalty, the KKT residual and
+        the gradient's standard deviation at ``x_t``."""
+        d = len(x_t)
+        kkt, multipliers = kkt_at(models, x_t)
+        penalty = st.penalty
+        if not feasibility and len(multipliers):
+            penalty = min(max(penalty, 2.0 * float(multipliers.max())), self.max_penalty)
+        merit = Merit(models, penalty, feasibility, self.beta, self.temperature)
+        tx_t = torch.as_tensor(x_t, dtype=torch.float64)
+        weights = merit.weights(tx_t)
+        conditioning = torch.cat([models[0].X, _nearest(X_pending, x_t, len(models[0].X))])
+        gradient_std = math.sqrt(
+            max(
+                sum(
+                    w**2 * m.gradient_trace(tx_t, conditioning)
+                    for w, m in zip(weights, models, strict=True)
+                ),
+                0.0,
+            )
+        )
+
+        x_plus = self._descend(merit, x_t, rng)
+        taken = np.vstack([snap(X_pending), snap(models[0].X.numpy())])
+        descend = not (count == 1 and st.model_asks % 2 == 1)
+        descend = descend and not bool(np.any(np.all(taken == snap(x_plus[None, :]), axis=1)))
+        chosen = [x_plus] if descend else []
+        roles = ["descent"] if descend else []
+        t_plus = torch.as_tensor(x_plus, dtype=torch.float64)
+        weights = merit.weights(t_plus)
+        cands = torch.as_tensor(self._candidates(x_plus, rng), dtype=torch.float64)
+        A = torch.cat([conditioning, torch.as_tensor(np.array(chosen).reshape(-1, d))])
+        while len(chosen) < count:
+            gain = torch.zeros(len(cands), dtype=torch.float64)
+            for w, m in zip(weights, models, strict=True):
+                if w > 0:
+                    gain += w**2 * m.gradient_information(t_plus, A, cands)
+            j = int(torch.argmax(gain))
+            chosen.append(cands[j].numpy().copy())
+            roles.append("exploration")
+            A = torch.cat([A, cands[j : j + 1]])
+            cands = torch.cat([cands[:j], cands[j + 1 :]])
+        return np.array(chosen), roles, penalty, kkt, gradient_std
+
+    def _descend(self, merit: Merit, x_t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``argmin Phi`` over ``B(x_t)``: L-BFGS-B from ``x_t`` and the best candidates."""
+        d = len(x_t)
+        lower, upper = np.clip(x_t - self.step, 0, 1), np.clip(x_t + self.step, 0, 1)
+        pool = self._candidates(x_t, rng)
+        with torch.no_grad():
+            scores = merit(torch.as_tensor(pool)).numpy()
+        starts = np.vstack([x_t, pool[np.argsort(scores)[: self.num_restarts - 1]]])
+
+        def total(flat: np.ndarray) -> tuple[float, np.ndarray]:
+            Z = torch.as_tensor(flat.reshape(-1, d)).requires_grad_(True)
+            value = merit(Z).sum()
+            (grad,) = torch.autograd.grad(value, Z)
+            return float(value), grad.numpy().ravel()
+
+        bounds = list(zip(np.tile(lower, len(starts)), np.tile(upper, len(starts)), strict=True))
+        result = minimize(
+            total,
+            starts.ravel(),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"maxiter": 200},
+        )
+        ends = np.clip(result.x.reshape(-1, d), lower, upper)
+        with torch.no_grad():
+            final = merit(torch.as_tensor(ends)).numpy()
+        return ends[int(np.argmin(final))]
+
+    def _candidates(self, centre: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``(M, d)`` points of ``B(centre)`` equal to ``centre`` outside a random mask."""
+        d = len(centre)
+        M = self.n_candidates or min(2000, max(500, 50 * d))
+        lower, upper = np.clip(centre - self.step, 0, 1), np.clip(centre + self.step, 0, 1)
+        values = lower + (upper - lower) * rng.random((M, d))
+        mask = rng.random((M, d)) < min(20.0 / d, 1.0)
+        empty = np.flatnonzero(~mask.any(axis=1))
+        mask[empty, rng.integers(0, d, len(empty))] = True
+        return np.where(mask, values, centre)
+
+
+class LocalGP:
+    """A fitted GP in standardized units: its posterior, with gradients by autograd, and the
+    gradient information of extra points (module docstring)."""
+
+    def __init__(self, model: SingleTaskGP) -> None:
+        model.eval()
+        self.kernel = model.covar_module
+        self.X: torch.Tensor = model.train_inputs[0].detach()
+        self.noise = float(model.likelihood.noise.detach().reshape(-1)[0])
+        self.constant = float(model.mean_module.constant.detach().reshape(-1)[0])
+        transform: Any = model.outcome_transform
+        #: Standardization of the outputs: ``value = offset + scale * standardized``.
+        self.offset = float(transform.means.reshape(-1)[0])
+        self.scale = float(transform.stdvs.reshape(-1)[0])
+        with torch.no_grad():
+            K = self.k(self.X, self.X) + self.noise * torch.eye(len(self.X), dtype=self.X.dtype)
+            self.L = psd_safe_cholesky(K)
+            resid = (model.train_targets.detach() - self.constant).unsqueeze(-1)
+            self.alpha = torch.cholesky_solve(resid, self.L).squeeze(-1)
+
+    def k(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return self.kernel(A, B).to_dense()
+
+    def mean(self, Z: torch.Tensor) -> torch.Tensor:
+        """Standardized posterior mean at ``Z: (s, d)``, ``(s,)``."""
+        return self.constant + self.k(Z, self.X) @ self.alpha
+
+    def std(self, Z: torch.Tensor) -> torch.Tensor:
+        """Standardized posterior standard deviation at ``Z: (s, d)``, ``(s,)``."""
+        V = torch.linalg.solve_triangular(self.L, self.k(self.X, Z), upper=False)
+        prior = self.kernel(Z, Z, diag=True)
+        return (prior - (V * V).sum(0)).clamp_min(1e-12).sqrt()
+
+    def hyperparameters(self) -> list[float]:
+        """Log lengthscales, then log noise, rounded for the JSON state."""
+        lengthscale = self.kernel.lengthscale.detach().reshape(-1)
+        values = [*lengthscale.log().tolist(), math.log(self.noise)]
+        return [round(v, 4) for v in values]
+
+    def gradient_information(
+        self, anchor: torch.Tensor, A: torch.Tensor, Z: torch.Tensor
+    ) -> torch.Tensor:
+        """``tr Sigma_grad(anchor | A) - tr Sigma_grad(anchor | A + z)`` for each row ``z`` of
+        ``Z: (m, d)``, ``(m,)``; ``A: (a, d)`` is the conditioning set (no values needed)."""
+        L, W = self._conditioning(anchor, A)
+        V = torch.linalg.solve_triangular(L, self.k(A, Z), upper=False)
+        u = W.T @ V - self._kernel_gradient(anchor, Z).T
+        variance = self.kernel(Z, Z, diag=True) + self.noise - (V * V).sum(0)
+        return (u * u).sum(0) / variance.clamp_min(1e-12)
+
+    def gradient_trace(self, anchor: torch.Tensor, A: torch.Tensor) -> float:
+        """``tr Sigma_grad(anchor | A)``: the posterior variance of the gradient, summed."""
+        _, W = self._conditioning(anchor, A)
+        r = torch.zeros_like(anchor, requires_grad=True)
+        k = self.k(anchor[None, :], (anchor + r)[None, :]).reshape(())
+        (g,) = torch.autograd.grad(k, r, create_graph=True)
+        # For a stationary kernel, d2 k(a, b) / da_i db_i at b = a is -d2 k(a, a + r) / dr_i2.
+        prior = -sum(
+            float(torch.autograd.grad(g[i], r, retain_graph=True)[0][i]) for i in range(len(r))
+        )
+        return prior - float((W * W).sum().detach())
+
+    def _conditioning(
+        self, anchor: torch.Tensor, A: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Cholesky factor ``L`` of ``K_A + s2 I`` and ``W = L^-1 G``, ``G = dk(anchor, A)``."""
+        K = self.k(A, A) + self.noise * torch.eye(len(A), dtype=A.dtype)
+        L = psd_safe_cholesky(K)
+        W = torch.linalg.solve_triangular(L, self._kernel_gradient(anchor, A), upper=False)
+        return L, W
+
+    def _kernel_gradient(self, anchor: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+        """``(m, d)``: row ``i`` is ``dk(anchor, z_i) / d anchor``. The kernel is stationary, so
+        that is ``-dk(anchor, z_i) / dz_i``, all rows from one backward pass."""
+        Z = Z.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(self.k(anchor[None, :], Z).sum(), Z)
+        return -grad
+
+
+class Merit:
+    """``Phi(Z)`` for ``Z: (s, d)``, ``(s,)``: the penalized surrogate of the module docstring
+    (the smooth total violation when ``feasibility``)."""
+
+    def __init__(
+        self,
+        models: Sequence[LocalGP],
+        penalty: float,
+        feasibility: bool,
+        beta: float,
+        temperature: float,
+    ) -> None:
+        self.objective, self.constraints = models[0], list(models[1:])
+        self.penalty, self.feasibility = penalty, feasibility
+        self.beta, self.tau = beta, temperature
+
+    def scaled_constraints(self, Z: torch.Tensor) -> torch.Tensor:
+        """``u_j(Z)``, ``(s, k)``: pessimistic constraint values over their local std."""
+        columns = [c.offset / c.scale + c.mean(Z) + self.beta * c.std(Z) for c in self.constraints]
+        return torch.stack(columns, dim=-1) if columns else torch.zeros(len(Z), 0)
+
+    def __call__(self, Z: torch.Tensor) -> torch.Tensor:
+        u = self.scaled_constraints(Z)
+        violation = (self.tau * torch.nn.functional.softplus(u / self.tau)).sum(-1)
+        if self.feasibility:
+            return violation
+        return self.objective.mean(Z) + self.penalty * violation
+
+    def weights(self, x: torch.Tensor) -> list[float]:
+        """Each GP's weight in the merit's linearization at ``x: (d,)``."""
+        with torch.no_grad():
+            slopes = torch.sigmoid(self.scaled_constraints(x[None, :])[0] / self.tau).tolist()
+        if self.feasibility:
+            return [0.0, *slopes] if any(s > 0 for s in slopes) else [1.0] * (1 + len(slopes))
+        return [1.0, *(self.penalty * s for s in slopes)]
+
+
+def kkt_at(models: Sequence[LocalGP], x: np.ndarray) -> tuple[float, np.ndarray]:
+    """The KKT residual of the posterior means at ``x: (d,)`` and the constraint multipliers
+    ``(k,)`` (zero for inactive constraints), all in standardized units."""
+    tx = torch.as_tensor(x, dtype=torch.float64)[None, :].requires_grad_(True)
+    grads, values = [], []
+    for m in models:
+        mean = m.mean(tx).sum()
+        (g,) = torch.autograd.grad(mean, tx)
+        grads.append(g[0].numpy())
+        values.append(m.offset / m.scale + float(mean.detach()))
+    c = np.array(values[1:])
+    return kkt_residual(grads[0], np.array(grads[1:]).reshape(len(c), len(x)), c, x)
+
+
+def kkt_residual(
+    grad_f: np.ndarray, jac_c: np.ndarray, c: np.ndarray, x: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """``(r_KKT, lambda)`` of minimizing ``f`` subject to ``c <= 0`` and ``x`` in the unit cube.
+
+    ``grad_f: (d,)``, ``jac_c: (k, d)``, ``c: (k,)``, ``x: (d,)``. The multipliers of the
+    constraints with ``c_j >= -0.1`` and of the bounds ``x`` sits on come from non-negative
+    least squares of ``grad_f + J^T lambda + bound terms``; ``lambda: (k,)``.
+    """
+    d, k = len(x), len(c)
+    active = np.flatnonzero(c >= -_ACTIVE)
+    at_lower, at_upper = np.flatnonzero(x <= _AT_BOUND), np.flatnonzero(x >= 1 - _AT_BOUND)
+    eye = np.eye(d)
+    # Columns: gradients of the active constraints, -e_i for x_i >= 0, +e_i for x_i <= 1.
+    A = np.column_stack([jac_c[active].T, -eye[:, at_lower], eye[:, at_upper]]).reshape(d, -1)
+    multipliers = np.zeros(k)
+    stationarity = grad_f
+    if A.shape[1]:
+        weights, _ = nnls(A, -grad_f)
+        multipliers[active] = weights[: len(active)]
+        stationarity = grad_f + A @ weights
+    residual = np.linalg.norm(stationarity) + np.abs(multipliers * c).sum()
+    return float(residual + np.maximum(c, 0.0).sum()), multipliers
+
+
+def _order_keys(history: History) -> tuple[np.ndarray, np.ndarray]:
+    """``(value, violation)``, each ``(n,)``: ``f`` and ``sum_j max(c_j, 0)``, non-finite
+    numbers as infinitely bad; the iterate is the lexicographically smallest."""
+    value = np.where(np.isfinite(history.Y[:, 0]), history.Y[:, 0], np.inf)
+    C = np.where(np.isfinite(history.C), history.C, np.inf)
+    violation = np.maximum(C, 0.0).sum(axis=1) if C.shape[1] else np.zeros(history.n)
+    return value, violation
+
+
+def _finite_or_none(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def _nearest(X: np.ndarray, x: np.ndarray, n: int) -> torch.Tensor:
+    """The up to ``n`` rows of ``X: (p, d)`` nearest to ``x``, as a tensor."""
+    order = np.argsort(np.sum((X - x) ** 2, axis=1), kind="stable")[:n]
+    return torch.as_tensor(X[order], dtype=torch.float64).reshape(-1, len(x))
+
+
+def _warm_start(values: list[float]) -> Any:
+    """A ``start`` for ``_fit_gp`` that sets the lengthscales and noise of ``values``."""
+
+    def start(model: SingleTaskGP) -> None:
+        tensor = torch.as_tensor(values, dtype=torch.float64).exp()
+        lengthscale = tensor[:-1].clamp(min=0.03, max=1e4)
+        model.covar_module.lengthscale = lengthscale.reshape(model.covar_module.lengthscale.shape)
+        model.likelihood.noise = tensor[-1:].clamp(min=2e-4, max=1.0)
+
+    return start
