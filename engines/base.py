@@ -12,6 +12,8 @@ Rules every engine follows (``tests/engines/test_contract.py`` checks them for e
   after ``problem.space.snap``.
 - ``history.X_pending`` holds points asked and not yet told. An engine treats them as already
   chosen (fantasies, ``X_pending`` in BoTorch, or at least no exact duplicates).
+  ``history.X_failed`` holds points told failed or infeasible; an engine does not propose them
+  again.
 - ``state`` is the JSON document the engine returned last time (``{}`` on the first ask). The
   engine never changes it in place; it returns a new JSON-serializable dict in
   ``proposal.state``. If the state cannot be used (an older layout), the engine rebuilds what it
@@ -77,12 +79,16 @@ class History:
         Y: ``(n, m)`` float64, their objective values, every objective as minimization.
         C: ``(n, k)`` float64, constraint values, feasible when ``<= 0``.
         X_pending: ``(p, d)`` float64 in [0, 1], asked and not yet told.
+        X_failed: ``(r, d)`` float64 in [0, 1], told failed or infeasible: no values, but an
+            engine should not propose them again (the service fills it for engines that read
+            observations; ``None`` means none).
     """
 
     X: np.ndarray
     Y: np.ndarray
     C: np.ndarray
     X_pending: np.ndarray
+    X_failed: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         n, d = self.X.shape
@@ -92,6 +98,10 @@ class History:
             raise ValueError(f"C has shape {self.C.shape}, expected ({n}, k)")
         if self.X_pending.ndim != 2 or self.X_pending.shape[1] != d:
             raise ValueError(f"X_pending has shape {self.X_pending.shape}, expected (p, {d})")
+        if self.X_failed is None:
+            object.__setattr__(self, "X_failed", np.zeros((0, d)))
+        elif self.X_failed.ndim != 2 or self.X_failed.shape[1] != d:
+            raise ValueError(f"X_failed has shape {self.X_failed.shape}, expected (r, {d})")
 
     @classmethod
     def empty(cls, problem: Problem) -> History:

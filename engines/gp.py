@@ -387,13 +387,15 @@ def _replace_duplicates(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Fill NaN rows of ``X: (count, d)`` and replace rows equal (after snapping) to an observed,
-    pending or earlier row by fresh Sobol points; updates ``details`` and returns the new X.
+    pending, failed or earlier row by fresh Sobol points; updates ``details`` and returns the new
+    X.
 
     In a fully discrete space that Sobol fails to cover, a free cell is drawn uniformly; when
     every cell is taken, duplicates remain.
     """
     space = problem.space
-    X, rows = X.copy(), list(space.snap(np.vstack([history.X, history.X_pending])))
+    X = X.copy()
+    rows = list(space.snap(np.vstack([history.X, history.X_pending, history.X_failed])))
     taken = {_key(row) for row in rows}
     for i in range(len(X)):
         fill = bool(np.isnan(X[i]).any())

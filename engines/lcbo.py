@@ -53,6 +53,9 @@ Method, after [Jing2026lcbo] (no code is public; the design is ours, built on GI
   ``max(40, 4 d)``), or when ``r_KKT`` and the gradient's posterior standard deviation are both
   below ``kkt_tol`` (converged), a new local search starts from a fresh Sobol design of
   ``n_initial`` points. The study's history, and so its best, is kept.
+- Failed and infeasible trials (told without values, ``History.X_failed``) are not modelled:
+  each counts as one evaluation without improvement, so a region where evaluations keep
+  failing is left by a restart, and a descent point equal to one (after snapping) is left out.
 
 Our choices, where they differ from the research notes (``research/bo-engines.md`` section 4):
 
@@ -131,6 +134,7 @@ class LCBOState:
     generation: int  # restarts so far
     region_start: int  # first History row of the current local search
     n_seen: int  # History rows already absorbed
+    n_failed_seen: int  # failed or infeasible trials already counted as stalls
     n_init_given: int  # initial points handed out in this local search
     model_asks: int  # asks answered by the models in this local search
     phase: str  # initial, feasibility (iterate infeasible) or optimize
@@ -151,6 +155,7 @@ class LCBOState:
         except TypeError:
             return None
         ints = [st.version, st.seed, st.index, st.generation, st.region_start, st.n_seen]
+        ints += [st.n_failed_seen]
         ints += [st.n_init_given, st.model_asks, st.stall, st.overshoots]
         if not all(type(v) is int and v >= 0 for v in ints) or st.version != _STATE_VERSION:
             return None
@@ -280,6 +285,7 @@ class LCBOEngine:
             generation=0,
             region_start=0,
             n_seen=0,
+            n_failed_seen=len(history.X_failed),
             n_init_given=history.n + len(history.X_pending),
             model_asks=0,
             phase="initial",
@@ -325,9 +331,12 @@ class LCBOEngine:
 
     def _absorb(self, st: LCBOState, history: History) -> LCBOState:
         """Accept the best row told since the last ask if it beats the iterate; count stalls
-        and overshoots (``f`` improved only at infeasible points), which raise the penalty."""
+        (a failed or infeasible trial is one too) and overshoots (``f`` improved only at
+        infeasible points), which raise the penalty."""
+        failures = max(len(history.X_failed) - st.n_failed_seen, 0)
+        st = replace(st, n_failed_seen=len(history.X_failed))
         if history.n == st.n_seen:
-            return st
+            return replace(st, stall=st.stall + failures) if st.iterate_row is not None else st
         value, violation = _order_keys(history)
         rows = np.arange(max(st.n_seen, st.region_start), history.n)
         best = int(rows[np.lexsort((value[rows], violation[rows]))[0]])
@@ -347,7 +356,7 @@ class LCBOEngine:
             iterate_row=new_row,
             iterate_value=_finite_or_none(value[new_row]),
             iterate_violation=_finite_or_none(violation[new_row]),
-            stall=0 if improved else st.stall + len(rows),
+            stall=0 if improved else st.stall + len(rows) + failures,
             overshoots=overshoots,
             penalty=penalty,
         )
@@ -381,7 +390,15 @@ class LCBOEngine:
             with _seeded(int(rng.integers(2**31)), False):
                 models = self._fit(X_all[local], columns, st.hyperparameters)
                 result = self._propose(
-                    models, x_t, X_pending, count, st, feasibility, problem.space.snap, rng
+                    models,
+                    x_t,
+                    X_pending,
+                    history.X_failed,
+                    count,
+                    st,
+                    feasibility,
+                    problem.space.snap,
+                    rng,
                 )
         except _NUMERICAL_ERRORS as exc:
             return (*_unfilled(problem.d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), st)
@@ -420,6 +437,7 @@ class LCBOEngine:
         models: list[LocalGP],
         x_t: np.ndarray,
         X_pending: np.ndarray,
+        X_failed: np.ndarray,
         count: int,
         st: LCBOState,
         feasibility: bool,
@@ -427,7 +445,8 @@ class LCBOEngine:
         rng: np.random.Generator,
     ) -> tuple[np.ndarray, list[str], float, float, float]:
         """The batch ``(count, d)``, each point's role, the new penalty, the KKT residual and
-        the gradient's standard deviation at ``x_t``."""
+        the gradient's standard deviation at ``x_t``. A descent point equal to a pending,
+        observed or failed point (``X_failed: (r, d)``) is left out; its slot explores."""
         d = len(x_t)
         kkt, multipliers = kkt_at(models, x_t)
         penalty = st.penalty
@@ -448,7 +467,7 @@ class LCBOEngine:
         )
 
         x_plus = self._descend(merit, x_t, rng)
-        taken = np.vstack([snap(X_pending), snap(models[0].X.numpy())])
+        taken = np.vstack([snap(X_pending), snap(models[0].X.numpy()), snap(X_failed)])
         descend = not (count == 1 and st.model_asks % 2 == 1)
         descend = descend and not bool(np.any(np.all(taken == snap(x_plus[None, :]), axis=1)))
         chosen = [x_plus] if descend else []
@@ -482,7 +501,7 @@ class LCBOEngine:
             Z = torch.as_tensor(flat.reshape(-1, d)).requires_grad_(True)
             value = merit(Z).sum()
             (grad,) = torch.autograd.grad(value, Z)
-            return float(value), grad.numpy().ravel()
+            return float(value.detach()), grad.numpy().ravel()
 
         bounds = list(zip(np.tile(lower, len(starts)), np.tile(upper, len(starts)), strict=True))
         result = minimize(

@@ -205,7 +205,7 @@ class TurboENNEngine:
         X = X_sobol
         a, b = tr.a, tr.b
         if count > n_sobol:
-            taken = np.vstack([history.X_pending, X_sobol])
+            taken = np.vstack([history.X_pending, history.X_failed, X_sobol])
             X_tr, params = self._trust_region_points(
                 problem, history, tr, taken, count - n_sobol, rng
             )

@@ -21,7 +21,7 @@ import itertools
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,6 +88,11 @@ _OPEN_TRIALS = select(
     trials_t.c.retries,
     trials_t.c.x,
 ).where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES))
+
+#: Points of trials told failed or infeasible: the engine is told not to propose them again.
+_FAILED_POINTS = select(trials_t.c.x).where(
+    trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(("failed", "infeasible"))
+)
 
 
 class _VersionMoved(Exception):
@@ -214,12 +219,16 @@ def load_history(
     X_pending: np.ndarray,
     cache: HistoryCache | None = None,
 ) -> History:
-    """The completed trials as engine arrays in completion order, with ``X_pending`` as given.
+    """The completed trials as engine arrays in completion order, with ``X_pending`` as given
+    and the points of failed and infeasible trials as ``X_failed``.
 
     With ``cache`` (the store's), only the trials completed since its last load are read."""
     if cache is None:
-        return full_history(conn, study_id, spec, X_pending)
-    return cache.load(conn, study_id, spec, X_pending)
+        history = full_history(conn, study_id, spec, X_pending)
+    else:
+        history = cache.load(conn, study_id, spec, X_pending)
+    failed = conn.execute(_FAILED_POINTS, {"study_id": study_id}).scalars().all()
+    return replace(history, X_failed=_stack(list(failed), spec.problem.d)) if failed else history
 
 
 def _stack(blobs: list[bytes], d: int) -> np.ndarray:

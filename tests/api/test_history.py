@@ -106,6 +106,33 @@ def test_trials_told_out_of_number_order_come_back_in_completion_order(url):
         _assert_same(uncached, full)
 
 
+def test_failed_and_infeasible_trials_come_as_x_failed(url):
+    with make_test_client(url) as http:
+        sid = _create(http, engine=GP_INITIAL)
+        _ask(http, sid, count=4)
+        _tell(http, sid, 0, values={"value": 1.0})
+        _tell(http, sid, 1, state="failed", reason="crashed")
+        _tell(http, sid, 3, state="infeasible", reason="cannot be built")
+        store = _store(http)
+        stored = store.db.read(
+            lambda c: {
+                r.number: np.frombuffer(r.x)
+                for r in c.execute(
+                    select(trials_t.c.number, trials_t.c.x).where(trials_t.c.study_id == sid)
+                )
+            }
+        )
+        for cache in (store.history, None):
+            history = store.db.read(
+                lambda c, cache=cache: load_history(
+                    c, sid, store.spec(c, sid), np.zeros((0, 2)), cache
+                )
+            )
+            assert_array_equal(history.X, stored[0][None, :])
+            failed = sorted(map(tuple, history.X_failed))
+            assert failed == sorted([tuple(stored[1]), tuple(stored[3])])
+
+
 def test_objectives_and_constraints_become_minimized_y_and_slack_c(url):
     body = {
         "engine": GP_INITIAL,

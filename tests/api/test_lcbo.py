@@ -44,6 +44,15 @@ def test_a_constrained_lcbo_study_runs_through_the_client(client):
     assert state["phase"] == "optimize" and state["iterate_value"] == trial.values["value"]
     assert state["penalty"] >= 10 and state["kkt_residual"] is not None
     assert {"iterate_row", "generation", "stall", "gradient_std"} <= set(state)
+    assert state["n_failed_seen"] == 1
+    # A trial that cannot be evaluated is told infeasible: the engine goes on, counts it, and
+    # the study's best is unchanged.
+    (trial,) = study.ask()
+    study.fail(trial.number, "cannot be built", infeasible=True)
+    (after,) = study.ask()
+    assert after.details["source"] == "lcbo"
+    assert study.refresh().engine_state["n_failed_seen"] == 2
+    assert study.best().trials[0].number == best.trials[0].number
 
 
 def test_best_gives_the_least_violating_trial_while_none_is_feasible(client):

@@ -18,7 +18,7 @@ from engines.errors import EngineOptionsError, EngineUnsupported
 from engines.gp import _fit_gp, _seeded
 from engines.lcbo import LocalGP, Merit, kkt_at, kkt_residual
 from engines.registry import make_engine
-from engines.space import FloatParam, SearchSpace
+from engines.space import FloatParam, IntParam, SearchSpace
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -124,14 +124,20 @@ class Driver:
         self.problem, self.fn = _problem(d, k), fn
         self.engine = make_engine("lcbo", {"n_initial": 6, **options})
         self.X, self.Y, self.C = np.zeros((0, d)), np.zeros((0, 1)), np.zeros((0, k))
+        self.X_failed = np.zeros((0, d))
         self.state: dict = {}
         self.rng = np.random.default_rng(seed)
         self.details: list[dict] = []
 
-    def round(self, q: int) -> np.ndarray:
-        history = History(self.X, self.Y, self.C, np.zeros((0, self.problem.d)))
+    def round(self, q: int, fail: bool = False) -> np.ndarray:
+        """Ask for ``q`` points and tell them, as failed trials when ``fail``."""
+        d = self.problem.d
+        history = History(self.X, self.Y, self.C, np.zeros((0, d)), self.X_failed)
         proposal = self.engine.suggest(self.problem, history, q, self.state, self.rng)
         self.state, self.details = proposal.state, proposal.details
+        if fail:
+            self.X_failed = np.vstack([self.X_failed, proposal.X])
+            return proposal.X
         f, C = self.fn(proposal.X)
         self.X = np.vstack([self.X, proposal.X])
         self.Y = np.vstack([self.Y, f.reshape(-1, 1)])
@@ -190,6 +196,36 @@ def test_a_stalled_search_restarts_with_a_fresh_design():
         run.round(2)
     assert run.state["generation"] >= 1
     assert any(d["source"] == "sobol" for d in run.details) or run.state["n_init_given"] > 0
+
+
+def test_a_failed_descent_point_is_not_proposed_again_and_failures_count_as_stalls():
+    run = Driver(3, 1, lambda X: (((X - 0.3) ** 2).sum(1), X[:, :1] - 0.9))
+    # Integers 0..20: the descent of the next ask snaps onto the same cell as the failed one.
+    space = SearchSpace([IntParam(f"x{i}", 0, 20) for i in range(3)])
+    run.problem = Problem(space, n_constraints=1)
+    run.round(6)
+    run.round(4)
+    run.round(4)
+    failed = space.snap(run.round(4, fail=True))  # the whole batch crashed
+    assert run.details[0]["role"] == "descent"
+    stall = run.state["stall"]
+    X = space.snap(run.round(4))
+    # Nothing new was observed, so the descent lands on the failed cell again: it is left
+    # out and its slot explores.
+    assert [d["role"] for d in run.details] == ["exploration"] * 4
+    assert not any(np.array_equal(x, f) for x in X for f in failed)
+    assert run.state["stall"] == stall + 4 and run.state["n_failed_seen"] == 4
+
+
+def test_a_search_whose_trials_keep_failing_restarts():
+    fn = lambda X: (((X - 0.3) ** 2).sum(1), np.zeros((len(X), 0)))  # noqa: E731
+    run = Driver(2, 0, fn, restart_patience=10)
+    run.round(6)
+    for _ in range(3):
+        run.round(4, fail=True)
+    run.round(4)
+    assert run.state["generation"] == 1
+    assert all(d["source"] == "sobol" for d in run.details)
 
 
 def test_same_seed_same_proposals_and_state():
