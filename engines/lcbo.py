@@ -269,7 +269,7 @@ class LCBOEngine:
             )
             X, details = np.vstack([X, X_model]), details + model_details
         if d:
-            X = _replace_duplicates(problem, history, X, details, stream, rng)
+            X = _replace_duplicates(problem, history, problem.space.snap(X), details, stream, rng)
         st = replace(st, index=stream.index, n_init_given=st.n_init_given + n_sobol)
         return Proposal(X=X.reshape(count, d), state=asdict(st), details=details)
 

@@ -96,7 +96,8 @@ Edge cases, also ours:
 - Outcome constraints as above (sampled feasibility); categorical coordinates are ordinal in
   the GPs, because random Fourier features need a stationary continuous kernel.
 - A numerical failure of the fit or the paths falls back to Sobol points, with the reason in
-  their details; so does a point equal (after snapping) to an observed, pending or earlier one.
+  their details; so does a point equal (after snapping) to an observed, pending, failed or
+  earlier one.
 
 References:
     [POM2026] Probability of Matching (POM) for batch multi-objective BO, ICML 2026; only the

@@ -132,3 +132,19 @@ def test_unknown_options_are_rejected(engine_name):
 
     with pytest.raises(EngineOptionsError, match="no option"):
         make_engine(engine_name, {"no_such_option": 1})
+
+
+@pytest.mark.parametrize("n_observations", [2, 6])
+@pytest.mark.parametrize(
+    "name", [n for n in engine_names() if engine_class(n).uses_observations]
+)  # ``random`` reads no observations, and the service gives it no failed points either
+def test_a_failed_point_is_never_proposed_again(name, n_observations):
+    # Eight cells, most of them failed: an engine that ignored X_failed would land on one.
+    problem = Problem(SearchSpace([IntParam("n", 0, 7)]))
+    cells = problem.space.snap(np.linspace(0, 1, 8)[:, None])
+    order = np.random.default_rng(n_observations).permutation(8)
+    X, X_failed = cells[order[:n_observations]], cells[order[n_observations + 1 :]]
+    history = History(X, _objective(X), np.zeros((n_observations, 0)), X[:0], X_failed)
+    for seed in range(3):
+        proposal = make_engine(name).suggest(problem, history, 1, {}, np.random.default_rng(seed))
+        assert not set(problem.space.snap(proposal.X).ravel()) & set(X_failed.ravel())
