@@ -287,18 +287,24 @@ class LCBOEngine:
             n_seen=0,
             n_failed_seen=len(history.X_failed),
             n_init_given=history.n + len(history.X_pending),
-            model_asks=0,
-            phase="initial",
-            iterate_row=None,
-            iterate_value=None,
-            iterate_violation=None,
-            penalty=self.penalty,
-            kkt_residual=None,
-            gradient_std=None,
-            stall=0,
-            overshoots=0,
             hyperparameters=None,
+            **self._new_search(),
         )
+
+    def _new_search(self) -> dict[str, Any]:
+        """The fields a local search starts with, at the first ask and at every restart."""
+        return {
+            "model_asks": 0,
+            "phase": "initial",
+            "iterate_row": None,
+            "iterate_value": None,
+            "iterate_violation": None,
+            "penalty": self.penalty,
+            "kkt_residual": None,
+            "gradient_std": None,
+            "stall": 0,
+            "overshoots": 0,
+        }
 
     def _should_restart(self, st: LCBOState, d: int) -> bool:
         patience = self.restart_patience or max(40, 4 * d)
@@ -317,16 +323,7 @@ class LCBOEngine:
             region_start=history.n,
             n_seen=history.n,
             n_init_given=0,
-            model_asks=0,
-            phase="initial",
-            iterate_row=None,
-            iterate_value=None,
-            iterate_violation=None,
-            penalty=self.penalty,
-            kkt_residual=None,
-            gradient_std=None,
-            stall=0,
-            overshoots=0,
+            **self._new_search(),
         )
 
     def _absorb(self, st: LCBOState, history: History) -> LCBOState:
