@@ -27,8 +27,11 @@ from client._sync import Result
 from client.errors import ClientClosed, TransportError
 from client.models import (
     AskRequest,
+    AskResponse,
     BestPublic,
+    CheckpointsPublic,
     HeartbeatRequest,
+    Lineage,
     MeasurementPublic,
     ReportRequest,
     StudyCreate,
@@ -145,18 +148,34 @@ class AsyncStudy:
         req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
         return (await self.client.send(_calls.ask(self.id, req))).trials
 
+    async def ask_units(
+        self, count: int = 1, worker_id: str | None = None, lease_seconds: float | None = None
+    ) -> AskResponse:
+        """Ask a scheduler study (``pbt``, ``ipbt``) for training units: the whole answer, with
+        ``retry_after`` while a generation is still training and ``finished`` at the end."""
+        req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
+        return await self.client.send(_calls.ask(self.id, req))
+
     async def tell(
         self,
         number: int,
         values: Mapping[str, float] | float | None = None,
         constraints: Mapping[str, float] | None = None,
         metadata: dict[str, Any] | None = None,
+        checkpoint: str | None = None,
     ) -> TrialPublic:
+        """Tell a trial's results; ``checkpoint`` is the reference of the checkpoint saved at its
+        end (required for a scheduler's unit unless a report gave it)."""
         if values is None or isinstance(values, Mapping):
             by_name = dict(values or {})
         else:  # a number (numpy scalars included) for a single-objective study
             by_name = {self.info.objectives[0].name: float(values)}
-        req = TellRequest(values=by_name, constraints=dict(constraints or {}), metadata=metadata)
+        req = TellRequest(
+            values=by_name,
+            constraints=dict(constraints or {}),
+            metadata=metadata,
+            checkpoint=checkpoint,
+        )
         return await self.client.send(_calls.tell(self.id, number, req))
 
     async def fail(
@@ -210,6 +229,18 @@ class AsyncStudy:
 
     async def best(self) -> BestPublic:
         return await self.client.send(_calls.best(self.id))
+
+    async def lineage(self, number: int) -> Lineage:
+        """The units whose checkpoints led to unit ``number`` (scheduler studies)."""
+        return await self.client.send(_calls.lineage(self.id, number))
+
+    async def best_schedule(self) -> Lineage:
+        """The lineage of the best unit: the best member's hyperparameter schedule."""
+        return await self.client.send(_calls.best_schedule(self.id))
+
+    async def checkpoints(self) -> CheckpointsPublic:
+        """Which checkpoints are still needed (``pinned``) and which may be deleted."""
+        return await self.client.send(_calls.checkpoints(self.id))
 
     async def export(self) -> StudyExport:
         return await self.client.send(_calls.export_json(self.id))

@@ -9,7 +9,9 @@ from client.models import (
     AskRequest,
     AskResponse,
     BestPublic,
+    CheckpointsPublic,
     HeartbeatRequest,
+    Lineage,
     MeasurementPublic,
     ReportRequest,
     StudiesPage,
@@ -94,6 +96,19 @@ def measurements(study_id: int, number: int) -> Call[list[MeasurementPublic]]:
 
 def best(study_id: int) -> Call[BestPublic]:
     return Call("GET", f"/v1/studies/{study_id}/best", decoder(BestPublic))
+
+
+def lineage(study_id: int, number: int) -> Call[Lineage]:
+    path = f"/v1/studies/{study_id}/trials/{number}/lineage"
+    return Call("GET", path, decoder(Lineage))
+
+
+def best_schedule(study_id: int) -> Call[Lineage]:
+    return Call("GET", f"/v1/studies/{study_id}/best/schedule", decoder(Lineage))
+
+
+def checkpoints(study_id: int) -> Call[CheckpointsPublic]:
+    return Call("GET", f"/v1/studies/{study_id}/checkpoints", decoder(CheckpointsPublic))
 
 
 def export_json(study_id: int) -> Call[StudyExport]:

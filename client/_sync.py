@@ -25,8 +25,11 @@ from client._base import (
 from client.errors import ClientClosed, TransportError
 from client.models import (
     AskRequest,
+    AskResponse,
     BestPublic,
+    CheckpointsPublic,
     HeartbeatRequest,
+    Lineage,
     MeasurementPublic,
     ReportRequest,
     StudyCreate,
@@ -164,18 +167,34 @@ class Study:
         req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
         return self.client.send(_calls.ask(self.id, req)).trials
 
+    def ask_units(
+        self, count: int = 1, worker_id: str | None = None, lease_seconds: float | None = None
+    ) -> AskResponse:
+        """Ask a scheduler study (``pbt``, ``ipbt``) for training units: the whole answer, with
+        ``retry_after`` while a generation is still training and ``finished`` at the end."""
+        req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
+        return self.client.send(_calls.ask(self.id, req))
+
     def tell(
         self,
         number: int,
         values: Mapping[str, float] | float | None = None,
         constraints: Mapping[str, float] | None = None,
         metadata: dict[str, Any] | None = None,
+        checkpoint: str | None = None,
     ) -> TrialPublic:
+        """Tell a trial's results; ``checkpoint`` is the reference of the checkpoint saved at its
+        end (required for a scheduler's unit unless a report gave it)."""
         if values is None or isinstance(values, Mapping):
             by_name = dict(values or {})
         else:  # a number (numpy scalars included) for a single-objective study
             by_name = {self.info.objectives[0].name: float(values)}
-        req = TellRequest(values=by_name, constraints=dict(constraints or {}), metadata=metadata)
+        req = TellRequest(
+            values=by_name,
+            constraints=dict(constraints or {}),
+            metadata=metadata,
+            checkpoint=checkpoint,
+        )
         return self.client.send(_calls.tell(self.id, number, req))
 
     def fail(self, number: int, reason: str | None = None, infeasible: bool = False) -> TrialPublic:
@@ -226,6 +245,18 @@ class Study:
 
     def best(self) -> BestPublic:
         return self.client.send(_calls.best(self.id))
+
+    def lineage(self, number: int) -> Lineage:
+        """The units whose checkpoints led to unit ``number`` (scheduler studies)."""
+        return self.client.send(_calls.lineage(self.id, number))
+
+    def best_schedule(self) -> Lineage:
+        """The lineage of the best unit: the best member's hyperparameter schedule."""
+        return self.client.send(_calls.best_schedule(self.id))
+
+    def checkpoints(self) -> CheckpointsPublic:
+        """Which checkpoints are still needed (``pinned``) and which may be deleted."""
+        return self.client.send(_calls.checkpoints(self.id))
 
     def export(self) -> StudyExport:
         return self.client.send(_calls.export_json(self.id))
@@ -308,6 +339,50 @@ class Study:
         budget.finish()
         if errors:
             raise errors[0]
+
+    def train(
+        self,
+        fn: Callable[[TrialPublic], tuple[Result, str]],
+        *,
+        worker_id: str | None = None,
+        lease_seconds: float | None = None,
+        max_units: int | None = None,
+    ) -> int:
+        """Work a scheduler study's (``pbt``, ``ipbt``) units until it is finished.
+
+        ``fn(trial)`` trains one unit: it loads ``trial.unit.start`` (applying
+        ``trial.unit.transform``), sets ``trial.params``, reports the objective at
+        ``trial.unit.from_step`` first when ``trial.unit.eval_before`` is set, trains to
+        ``trial.unit.to_step``, saves a new checkpoint and returns ``(result, checkpoint
+        reference)``. While a generation is still training, this waits the server's
+        ``retry_after``. If ``fn`` raises, the unit is told as failed and the error propagates.
+        Returns the number of units trained (at most ``max_units``).
+        """
+        objectives = [o.name for o in self.info.objectives]
+        lease = lease_seconds or self.info.lease_seconds
+        worker_id = worker_id or worker_name(0)
+        done = 0
+        while max_units is None or done < max_units:
+            answer = self.ask_units(1, worker_id=worker_id, lease_seconds=lease)
+            if answer.finished:
+                return done
+            if not answer.trials:
+                time.sleep(answer.retry_after or 1.0)
+                continue
+            (trial,) = answer.trials
+            with _Heartbeat(self, trial.number, lease, worker_id):
+                try:
+                    result, checkpoint = fn(trial)
+                except BaseException as exc:
+                    self.fail(trial.number, reason=repr(exc))
+                    raise
+            values, _, problem = split_results(result, objectives, [])
+            if problem is not None:
+                self.fail(trial.number, reason=problem)
+            else:
+                self.tell(trial.number, values, checkpoint=checkpoint)
+            done += 1
+        return done
 
 
 class _Heartbeat:

@@ -142,6 +142,57 @@ class StudyUpdate(_Request):
     metadata: JsonDict | None = None
 
 
+class WeightTransform(BaseModel):
+    """What a worker does to the weights it loads before training a unit.
+
+    ``shrink_perturb`` (Ash and Adams 2020): every parameter ``theta <- shrink * theta + perturb
+    * theta_fresh``, with ``theta_fresh`` a fresh initialization of the model drawn with
+    ``seed``; normalization-layer statistics are reset to the fresh model's. ``shrink = 0,
+    perturb = 1`` is a fresh model.
+    """
+
+    kind: Literal["none", "shrink_perturb"] = "none"
+    shrink: float = 1.0
+    perturb: float = 0.0
+    seed: int | None = None
+
+
+class UnitStart(BaseModel):
+    """Where a unit starts: ``fresh`` weights, or the checkpoint that trial ``trial`` saved,
+    by its exact reference ``checkpoint`` (never the member's latest)."""
+
+    kind: Literal["fresh", "checkpoint"]
+    trial: int | None = None
+    checkpoint: str | None = None
+
+
+class Unit(BaseModel):
+    """A scheduler's trial (``pbt``, ``ipbt``): train member ``member`` for one segment.
+
+    The worker loads ``start`` (and applies ``transform``), sets the trial's ``params`` as the
+    hyperparameters (after restoring any optimizer state), reports the objective at step
+    ``from_step`` before training when ``eval_before`` is set, trains exactly ``to_step -
+    from_step`` steps, saves a new checkpoint (never overwriting the one it loaded) and tells the
+    objective with the checkpoint's reference. ``reason`` says why the unit exists:
+    ``initial`` (a member's first segment), ``continue`` (its own last checkpoint), ``exploit``
+    (another member's checkpoint, with explored hyperparameters), ``restart`` (IPBT). Other
+    keys are the engine's own bookkeeping and are kept as they are.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    member: int
+    generation: int
+    iteration: int = 0
+    from_step: int
+    to_step: int
+    start: UnitStart
+    transform: WeightTransform = Field(default_factory=WeightTransform)
+    eval_before: bool = False
+    seed: int
+    reason: Literal["initial", "continue", "exploit", "restart"]
+
+
 class TrialPublic(BaseModel):
     study_id: int
     number: int
@@ -155,6 +206,8 @@ class TrialPublic(BaseModel):
     lease_expires_at: datetime | None = None
     retries: int = 0
     details: dict[str, Any] = Field(default_factory=dict)
+    #: Schedulers' trials only: what to train, from where (see ``Unit``).
+    unit: Unit | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
     started_at: datetime | None = None
@@ -196,6 +249,9 @@ class AskResponse(BaseModel):
     trials: list[TrialPublic]
     #: Set when fewer than ``count`` trials came back: seconds after which to ask again.
     retry_after: float | None = None
+    #: The engine will propose nothing more (a scheduler whose members all reached their last
+    #: step); trials already handed out still need their tells.
+    finished: bool = False
 
 
 class TellRequest(_Results):
@@ -207,6 +263,10 @@ class TellRequest(_Results):
     constraints: dict[str, float] = Field(default_factory=dict)
     reason: Annotated[str, Field(max_length=4096)] | None = None
     metadata: JsonDict | None = None
+    #: The reference of the checkpoint saved at the end of the trial; stored as a measurement
+    #: of ``values`` at the unit's ``to_step`` (or after the last reported step). A scheduler's
+    #: trial is completed only with a checkpoint, given here or by an earlier report.
+    checkpoint: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
 
 
 class ReportRequest(_Results):
@@ -269,6 +329,40 @@ class BestPublic(BaseModel):
     total_violation: float | None = None
 
 
+class Segment(BaseModel):
+    """One unit in a lineage: which member trained from which step to which, with what."""
+
+    trial: int
+    member: int
+    from_step: int
+    to_step: int
+    reason: str
+    params: dict[str, ParamValue]
+    values: dict[str, float] | None = None
+    checkpoint: str | None = None
+
+
+class Lineage(BaseModel):
+    """The units whose checkpoints led to trial ``trial``, oldest first, ending with it: the
+    hyperparameter schedule that produced its weights."""
+
+    trial: int
+    segments: list[Segment]
+
+
+class CheckpointRef(BaseModel):
+    trial: int
+    checkpoint: str
+
+
+class CheckpointsPublic(BaseModel):
+    """A scheduler study's checkpoints: ``pinned`` ones may still be loaded by a pending or a
+    future unit (or are the best so far); ``releasable`` ones never will be and may be deleted."""
+
+    pinned: list[CheckpointRef]
+    releasable: list[CheckpointRef]
+
+
 # --- export and import --------------------------------------------------------------------
 
 
@@ -281,6 +375,7 @@ class TrialExport(_Results):
     reason: str | None = None
     retries: Int32 = 0
     details: JsonDict = Field(default_factory=dict)
+    unit: Unit | None = None
     metadata: JsonDict = Field(default_factory=dict)
     measurements: list[ReportRequest] = Field(default_factory=list)
     created_at: datetime | None = None

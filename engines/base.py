@@ -22,12 +22,25 @@ Rules every engine follows (``tests/engines/test_contract.py`` checks them for e
   inputs and seed give the same proposal in any process.
 - Options are fixed when the engine is built (``engines.registry.make_engine``), and an unknown
   or ill-typed option raises ``EngineOptionsError`` there, so bad studies fail at creation.
+
+Schedulers (``schedules_units = True``: ``pbt``, ``ipbt``) hand out units of training rather than
+points: every trial is one member of a population training one segment. For them:
+
+- ``history.units`` holds every unit handed out so far (pending, completed or failed) with its
+  unit document, score and the checkpoint its worker saved; the engine rebuilds its population
+  from it on every ask.
+- A proposal may hold fewer than ``count`` points (none while a synchronous generation is still
+  training, with ``retry_after``; none and no ``retry_after`` when the schedule is finished).
+  ``proposal.units`` gives, per point, the unit document stored on the trial (where to start,
+  the step range; see ``client.models.Unit``).
+- The state lists under ``"pinned"`` the trial numbers whose checkpoints a future unit may still
+  start from, so that the service can say which checkpoints may be deleted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -68,6 +81,36 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class Unit:
+    """One unit of a scheduler's study: a trial that trains one member for one segment.
+
+    Attributes:
+        number: the trial number.
+        x: ``(d,)`` the hyperparameters in the unit cube.
+        spec: the unit document the engine gave when it proposed the unit (``Proposal.units``).
+        state: ``pending`` (asked, not told), ``completed`` or ``failed``.
+        y: the first objective, as minimization, when completed.
+        y_before: the first objective reported at the unit's ``from_step`` (the score of the
+            starting weights before training, where the unit asked for it), as minimization.
+        checkpoint: the reference of the checkpoint the worker saved at the end of the unit.
+    """
+
+    number: int
+    x: np.ndarray
+    spec: JSON
+    state: Literal["pending", "completed", "failed"]
+    y: float | None = None
+    y_before: float | None = None
+    checkpoint: str | None = None
+
+
+def best_unit(units: tuple[Unit, ...]) -> Unit | None:
+    """The completed unit with the best (lowest) ``y``; the earliest among equals."""
+    done = [u for u in units if u.state == "completed" and u.y is not None]
+    return min(done, key=lambda u: (u.y, u.number)) if done else None
+
+
+@dataclass(frozen=True)
 class History:
     """The observations of a study, as arrays.
 
@@ -82,6 +125,7 @@ class History:
         X_failed: ``(r, d)`` float64 in [0, 1], told failed or infeasible: no values, but an
             engine should not propose them again (the service fills it for engines that read
             observations; ``None`` means none).
+        units: for schedulers only, every unit handed out so far, in trial-number order.
     """
 
     X: np.ndarray
@@ -89,6 +133,7 @@ class History:
     C: np.ndarray
     X_pending: np.ndarray
     X_failed: np.ndarray = None  # type: ignore[assignment]
+    units: tuple[Unit, ...] = ()
 
     def __post_init__(self) -> None:
         n, d = self.X.shape
@@ -126,11 +171,16 @@ class Proposal:
         state: the engine's new JSON state.
         details: one JSON dict per point (for example the source of the point), stored on the
             trial for the user to see; empty dicts when there is nothing to say.
+        units: schedulers only: one unit document per point.
+        retry_after: schedulers only: when fewer than ``count`` points came back because units
+            are still training, the seconds after which asking again may give more.
     """
 
     X: np.ndarray
     state: JSON
     details: list[JSON] = field(default_factory=list)
+    units: list[JSON] = field(default_factory=list)
+    retry_after: float | None = None
 
 
 class Engine(Protocol):
@@ -143,6 +193,8 @@ class Engine(Protocol):
     #: The most objectives the engine handles (``None``: any number). A study with more is
     #: refused at creation; ``suggest`` raises ``EngineUnsupported`` for it.
     max_objectives: ClassVar[int | None]
+    #: Whether the engine is a scheduler of training units (see the module docstring).
+    schedules_units: ClassVar[bool]
 
     def suggest(
         self,

@@ -120,6 +120,7 @@ class GPEngine:
     name: ClassVar[str] = "gp"
     uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = None
+    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     num_restarts: int = 8

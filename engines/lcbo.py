@@ -207,6 +207,7 @@ class LCBOEngine:
     name: ClassVar[str] = "lcbo"
     uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = 1
+    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     local_points: int | None = None

@@ -177,6 +177,7 @@ class POMEngine:
     name: ClassVar[str] = "pom"
     uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = None
+    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     n_samples: int | None = None

@@ -109,6 +109,7 @@ class RandomEngine:
     name: ClassVar[str] = "random"
     uses_observations: ClassVar[bool] = False
     max_objectives: ClassVar[int | None] = None
+    schedules_units: ClassVar[bool] = False
 
     def suggest(
         self,

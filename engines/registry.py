@@ -19,6 +19,8 @@ _ENGINES: dict[str, str] = {
     "turbo-enn": "engines.turbo_enn:TurboENNEngine",
     "pom": "engines.pom:POMEngine",
     "lcbo": "engines.lcbo:LCBOEngine",
+    "pbt": "engines.pbt:PBTEngine",
+    "ipbt": "engines.ipbt:IPBTEngine",
 }
 
 

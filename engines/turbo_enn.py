@@ -142,6 +142,7 @@ class TurboENNEngine:
     name: ClassVar[str] = "turbo-enn"
     uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = 1
+    schedules_units: ClassVar[bool] = False
 
     noisy: bool = False
     n_initial: int | None = None

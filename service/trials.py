@@ -59,6 +59,7 @@ from service.store import (
     trials_t,
     utcnow,
 )
+from service.units import load_units
 
 PENDING_STATES = ("waiting", "running", "stale")
 _ASK_ATTEMPTS = 12
@@ -209,6 +210,8 @@ def _snapshot(
     if plan.need == 0:
         return row, None, 0
     history = load_history(conn, study_id, spec, plan.X_pending, store.history)
+    if spec.engine.schedules_units:
+        history = replace(history, units=load_units(conn, study_id, spec))
     return row, history, plan.need
 
 
@@ -246,7 +249,10 @@ def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) ->
         raise unavailable(f"the engine could not propose now: {exc}") from exc
     except EngineError as exc:
         raise invalid("engine_unsupported", str(exc)) from exc
-    if proposal.X.shape != (need, spec.problem.d):
+    if spec.engine.schedules_units and len(proposal.units) != len(proposal.X):
+        raise RuntimeError(f"engine {spec.engine.name} returned points without unit documents")
+    rows = len(proposal.X) if spec.engine.schedules_units and len(proposal.X) <= need else need
+    if proposal.X.shape != (rows, spec.problem.d):
         raise RuntimeError(
             f"engine {spec.engine.name} returned {proposal.X.shape}, "
             f"expected {(need, spec.problem.d)}"
@@ -302,13 +308,17 @@ def _commit_ask(
                 plan.X_pending,
             )
             proposal = _suggest(spec, row, history, plan.need)
-        elif proposal is None or len(proposal.X) < plan.need:
+        elif proposal is None or (len(proposal.X) < plan.need and not spec.engine.schedules_units):
             raise _VersionMoved
         assert proposal is not None
+        # A scheduler may propose fewer (units still training); it re-proposes any unit it
+        # planned that was not inserted, as it rebuilds its population from the trials.
+        n_new = min(len(proposal.X), plan.need)
+        units = proposal.units[:n_new] if spec.engine.schedules_units else [None] * n_new
         new = [
-            _new_trial(spec, study_id, row.next_trial_number + i, x, detail, now)
-            for i, (x, detail) in enumerate(
-                zip(proposal.X[: plan.need], _details(proposal, plan.need), strict=True)
+            _new_trial(spec, study_id, row.next_trial_number + i, x, detail, now, unit=unit)
+            for i, (x, detail, unit) in enumerate(
+                zip(proposal.X[:n_new], _details(proposal, n_new), units, strict=True)
             )
         ]
         for t in new:
@@ -318,18 +328,25 @@ def _commit_ask(
                 lease_expires_at=lease_until,
                 started_at=now,
             )
-        conn.execute(_INSERT_TRIAL, new)
+        if new:
+            conn.execute(_INSERT_TRIAL, new)
         trials += [trial_public(t) for t in new]
         conn.execute(
             _STUDY_AFTER_PROPOSAL,
             {
                 "study_id": study_id,
                 "now": now,
-                "next_number": row.next_trial_number + plan.need,
+                "next_number": row.next_trial_number + n_new,
                 "engine_state": proposal.state,
                 "version": row.engine_state_version + 1,
             },
         )
+        if len(trials) < req.count:
+            return 200, AskResponse(
+                trials=trials,
+                retry_after=proposal.retry_after,
+                finished=not trials and proposal.retry_after is None,
+            )
     else:
         bump_revision(conn, study_id, now)
     return 200, AskResponse(trials=trials)
@@ -366,6 +383,7 @@ def _new_trial(
     detail: dict[str, Any],
     now: datetime,
     params: dict[str, Any] | None = None,
+    unit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     x = np.ascontiguousarray(x, dtype=np.float64)
     return {
@@ -382,6 +400,7 @@ def _new_trial(
         "lease_expires_at": None,
         "retries": 0,
         "details": detail,
+        "unit": unit,
         "metadata": {},
         "created_at": now,
         "started_at": None,
@@ -570,10 +589,53 @@ def tell(
         if req.state == "completed":
             vals, cons, feasible = validate_results(spec, req.values, req.constraints)
             change.update(values=vals, constraints=cons or None, feasible=feasible)
+            if req.checkpoint is not None:
+                _store_final_checkpoint(conn, trial, vals, req.checkpoint, now)
+            elif trial.unit is not None and not _has_checkpoint(conn, trial.id):
+                raise invalid(
+                    "checkpoint_required",
+                    f"trial {number} is a training unit: tell it with the reference of the "
+                    "checkpoint the worker saved ('checkpoint'), so that later units can load it",
+                )
         updated = conn.execute(_FINISH_TRIAL, change).one()
         return 200, trial_public(updated)
 
     return store.write(tenant_id, idem, fn)
+
+
+def _store_final_checkpoint(
+    conn: Connection, trial: Row, values: dict[str, float], checkpoint: str, now: datetime
+) -> None:
+    """The checkpoint told with a trial, as a measurement of its values at the unit's last step
+    (after the last reported step for other trials)."""
+    if trial.unit is not None:
+        step = int(trial.unit["to_step"])
+    else:
+        last = conn.execute(
+            select(func.max(measurements_t.c.step)).where(measurements_t.c.trial_id == trial.id)
+        ).scalar()
+        step = 0 if last is None else int(last) + 1
+    conn.execute(
+        delete(measurements_t).where(
+            measurements_t.c.trial_id == trial.id, measurements_t.c.step == step
+        )
+    )
+    conn.execute(
+        insert(measurements_t).values(
+            trial_id=trial.id, step=step, values=values, checkpoint=checkpoint, created_at=now
+        )
+    )
+
+
+def _has_checkpoint(conn: Connection, trial_id: int) -> bool:
+    return (
+        conn.execute(
+            select(measurements_t.c.id).where(
+                measurements_t.c.trial_id == trial_id, measurements_t.c.checkpoint.is_not(None)
+            )
+        ).first()
+        is not None
+    )
 
 
 def report(
@@ -681,6 +743,12 @@ def enqueue(
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         row = get_study_row(conn, tenant_id, study_id, lock=True)
         spec = store.spec(conn, study_id)
+        if spec.engine.schedules_units:
+            raise conflict(
+                "engine_schedules_units",
+                f"engine {spec.engine.name!r} schedules its own training units; a trial cannot "
+                "be added by hand",
+            )
         try:
             params = spec.space.validate(req.params)
         except SpaceError as exc:

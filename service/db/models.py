@@ -128,6 +128,8 @@ class Trial(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     retries: Mapped[int] = mapped_column(Integer)
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: Schedulers' trials only: the unit document (``client.models.Unit``); SQL NULL otherwise.
+    unit: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -1,4 +1,5 @@
-"""/v1/studies: create, list, get, update, delete, best, export, import."""
+"""/v1/studies: create, list, get, update, delete, best, export, import; for schedulers the best
+member's schedule and the checkpoints."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from fastapi import APIRouter, Query, Response
 
 from client.models import (
     BestPublic,
+    CheckpointsPublic,
+    Lineage,
     StudiesPage,
     StudyCreate,
     StudyExport,
     StudyPublic,
     StudyUpdate,
 )
-from service import studies
+from service import studies, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.routers.common import StudyId, cursor_int, operation_id, written
 
@@ -68,6 +71,16 @@ def delete_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Respo
 @router.get("/{study_id}/best", response_model=BestPublic)
 def best(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> BestPublic:
     return studies.best(store, tenant, study_id)
+
+
+@router.get("/{study_id}/best/schedule", response_model=Lineage)
+def best_schedule(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Lineage:
+    return units.best_schedule(store, tenant, study_id)
+
+
+@router.get("/{study_id}/checkpoints", response_model=CheckpointsPublic)
+def checkpoints(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> CheckpointsPublic:
+    return units.checkpoints(store, tenant, study_id)
 
 
 @router.get("/{study_id}/export", response_model=StudyExport)

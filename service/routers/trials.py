@@ -1,4 +1,5 @@
-"""/v1/studies/{id}/...: ask, enqueue, list trials; tell, report, heartbeat one trial."""
+"""/v1/studies/{id}/...: ask, enqueue, list trials; tell, report, heartbeat one trial; the
+lineage of a scheduler's unit."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from client.models import (
     AskRequest,
     AskResponse,
     HeartbeatRequest,
+    Lineage,
     MeasurementPublic,
     ReportRequest,
     TellRequest,
@@ -18,7 +20,7 @@ from client.models import (
     TrialsPage,
     TrialState,
 )
-from service import trials
+from service import trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.routers.common import StudyId, TrialNumber, cursor_int, operation_id, written
 
@@ -89,6 +91,11 @@ def measurements(
     study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
 ) -> list[MeasurementPublic]:
     return trials.list_measurements(store, tenant, study_id, number)
+
+
+@router.get("/trials/{number}/lineage", response_model=Lineage)
+def lineage(study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep) -> Lineage:
+    return units.lineage(store, tenant, study_id, number)
 
 
 @router.post("/trials/{number}/heartbeat", response_model=TrialPublic)

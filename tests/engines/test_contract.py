@@ -6,6 +6,7 @@ Registering an engine in ``engines.registry`` enrolls it here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from engines.base import History, Problem
+from client.models import Unit as UnitModel
+from engines.base import History, Problem, Unit
 from engines.errors import EngineUnsupported
 from engines.registry import engine_class, engine_names, make_engine
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
@@ -45,7 +47,19 @@ PROBLEMS = {
 }
 
 
-@pytest.fixture(params=engine_names())
+#: Engines that propose points; schedulers (pbt, ipbt) hand out units and have their own
+#: contract, at the end of this file.
+POINT_ENGINES = [n for n in engine_names() if not engine_class(n).schedules_units]
+SCHEDULERS = [n for n in engine_names() if engine_class(n).schedules_units]
+T_MAX = 40
+#: Units of 10 steps for both schedulers.
+SCHEDULER_OPTIONS = {
+    "pbt": {"t_max": T_MAX, "population_size": 4, "interval": 10},
+    "ipbt": {"t_max": T_MAX, "population_size": 4, "initial_step_share": 0.25},
+}
+
+
+@pytest.fixture(params=POINT_ENGINES)
 def engine_name(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -127,16 +141,17 @@ def test_a_one_parameter_space_gives_finite_points(engine_name):
     assert np.all(np.isfinite(proposal.X))
 
 
-def test_unknown_options_are_rejected(engine_name):
+@pytest.mark.parametrize("name", engine_names())
+def test_unknown_options_are_rejected(name):
     from engines.errors import EngineOptionsError
 
     with pytest.raises(EngineOptionsError, match="no option"):
-        make_engine(engine_name, {"no_such_option": 1})
+        make_engine(name, {"no_such_option": 1})
 
 
 @pytest.mark.parametrize("n_observations", [2, 6])
 @pytest.mark.parametrize(
-    "name", [n for n in engine_names() if engine_class(n).uses_observations]
+    "name", [n for n in POINT_ENGINES if engine_class(n).uses_observations]
 )  # ``random`` reads no observations, and the service gives it no failed points either
 def test_a_failed_point_is_never_proposed_again(name, n_observations):
     # Eight cells, most of them failed: an engine that ignored X_failed would land on one.
@@ -148,3 +163,77 @@ def test_a_failed_point_is_never_proposed_again(name, n_observations):
     for seed in range(3):
         proposal = make_engine(name).suggest(problem, history, 1, {}, np.random.default_rng(seed))
         assert not set(problem.space.snap(proposal.X).ravel()) & set(X_failed.ravel())
+
+
+# --- schedulers ---------------------------------------------------------------------------
+
+
+def _complete(units: list[Unit], score) -> list[Unit]:
+    """Every pending unit told: score ``score(unit)``, checkpoint ``ckpt-<number>``."""
+    return [
+        dataclasses.replace(u, state="completed", y=score(u), checkpoint=f"ckpt-{u.number}")
+        if u.state == "pending"
+        else u
+        for u in units
+    ]
+
+
+def _asked(units: list[Unit], proposal) -> list[Unit]:
+    return units + [
+        Unit(number=len(units) + i, x=x, spec=doc, state="pending")
+        for i, (x, doc) in enumerate(zip(proposal.X, proposal.units, strict=True))
+    ]
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_a_scheduler_hands_out_valid_units_until_it_is_finished(name):
+    problem = PROBLEMS["single"]
+    engine = make_engine(name, SCHEDULER_OPTIONS[name])
+    units: list[Unit] = []
+    state: dict = {}
+    for version in range(200):
+        history = dataclasses.replace(History.empty(problem), units=tuple(units))
+        before = copy.deepcopy(state)
+        proposal = engine.suggest(problem, history, 3, state, np.random.default_rng([1, version]))
+        assert state == before
+        assert json.loads(json.dumps(proposal.state)) == proposal.state
+        assert all(isinstance(n, int) for n in proposal.state["pinned"])
+        assert proposal.X.shape[0] <= 3 and proposal.X.shape[1] == problem.d
+        assert np.all((proposal.X >= 0) & (proposal.X <= 1))
+        by_number = {u.number: u for u in units}
+        for doc in proposal.units:
+            unit = UnitModel.model_validate(doc)
+            assert 0 <= unit.from_step < unit.to_step <= T_MAX
+            if unit.start.kind == "checkpoint":
+                parent = by_number[unit.start.trial]
+                assert parent.state == "completed"
+                assert unit.start.checkpoint == parent.checkpoint
+                assert unit.from_step == parent.spec["to_step"]
+        state = proposal.state
+        units = _asked(units, proposal)
+        if not len(proposal.X):
+            if proposal.retry_after is None:
+                break
+            units = _complete(units, lambda u: float(np.sum(u.x**2)) - u.spec["to_step"])
+    else:
+        raise AssertionError("the scheduler never finished")
+    assert all(u.state == "completed" for u in units)
+    final = [u.spec["to_step"] for u in units]
+    assert (
+        max(final) <= T_MAX
+        and sum(u.spec["to_step"] - u.spec["from_step"] for u in units) <= 4 * T_MAX
+    )
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_a_scheduler_with_the_same_seed_gives_the_same_units(name):
+    problem = PROBLEMS["single"]
+    history = History.empty(problem)
+    a, b = (
+        make_engine(name, SCHEDULER_OPTIONS[name]).suggest(
+            problem, history, 4, {}, np.random.default_rng(3)
+        )
+        for _ in range(2)
+    )
+    np.testing.assert_array_equal(a.X, b.X)
+    assert a.units == b.units and a.state == b.state

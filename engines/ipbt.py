@@ -1,0 +1,708 @@
+"""The ``ipbt`` engine: Iterated Population Based Training, a scheduler of training units.
+
+Method [Chebykin2026] (IPBT; defaults as in the authors' code). PBT's most sensitive knob, the
+number of steps between hyperparameter updates, is replaced by restarts: a synchronous PBT runs
+with a short step ``t_step`` (1 % of ``t_max``) until its progress stagnates, then restarts with
+the step doubled, reusing the best weights by shrink-and-perturb and re-initializing the
+hyperparameters by time-varying Bayesian optimization.
+
+- Iteration start (t = 0 and every restart): ``2 P`` candidates train one step, each evaluated
+  before training (``eval_before``: the score of the starting weights, ``R_before``); the best
+  ``P`` become the population. At t = 0 their weights are fresh and their hyperparameters
+  random (a scrambled Sobol design).
+- Outer step: every member trains ``t_step`` steps. The bottom ``round(q P)`` members (q = 0.25)
+  copy the checkpoint of a member drawn from the top ``round(q P)`` and take new hyperparameters
+  from a time-varying GP (PB2 [Parker-Holder2020]): on the rows ``(h, R_before, t)`` of the
+  current iteration, target the improvement per step ``(y - R_before) / (to - from)``
+  (copula-standardized: rank to normal quantile), kernel ``k = s^2 Matern52_ARD((h, R), (h', R'))
+  (1 - eps)^{|t - t'| / 2}`` with ``eps`` learned; the new ``h`` minimizes ``LCB = mu - 3 sigma``
+  at the parent's ``R_before`` and the next time, inside a trust region around the parent's
+  ``h`` (side ``L`` scaled by the normalized ARD lengthscales, ``L`` from 0.4 in [0.15, 1],
+  x1.5 after 3 successes, /1.5 after 10 failures; a success is an outer step whose best member
+  was placed by the GP). Members chosen in the same step enter the GP as fantasies at their
+  posterior mean (batch diversity, as in PB2). Before the iteration has improvement rows the
+  new ``h`` is uniform.
+- Stagnation (``previous-smoothed-or-slow``): ``s`` = the population's best score after each
+  outer step of the iteration, z-scored. "Too slow": with at least 15 points and less than one
+  standard deviation gained over the last 14, fail at once (``n_fail = patience``). Otherwise a
+  GP smooths ``s``; the step failed unless the smoothed value at the last point beats the one
+  before. ``n_fail`` counts failed steps in a row; at ``patience`` (3) the run restarts, unless
+  a restart could not run two steps of the doubled size before the budget ends.
+- Restart: ``t_step`` doubles; the ``2 P`` candidates start from checkpoints of random top
+  members, shrunk and perturbed ``theta <- 0.2 theta + 0.1 theta_fresh`` (half of them, at
+  random, fully fresh: ``0 theta + 1 theta_fresh``); half of their hyperparameters are uniform,
+  half come from a meta-level time-varying GP over iterations: rows ``(h, iteration)`` of each
+  iteration's ``P`` initial members, with the member's score after its first step (at the
+  iteration's start) and the best score any of its descendants reached (at its end); LCB at the
+  next iteration, in a trust region around the initial ``h`` of the last iteration's best
+  lineage.
+- Budget: ``P t_max`` member-steps, as for PBT with the same population. A ``2 P`` step costs
+  twice a population step. The last step is cut to what the budget allows.
+
+Over the ask/tell API (engines/base.py, schedulers): units as in the ``pbt`` engine (its module
+docstring), always synchronous: ask answers no unit and a retry hint while a generation trains.
+The state keeps the generation's plan, the population's slots (the trial of each member's latest
+unit), the iteration, ``t_step``, the budget spent, the stagnation record and counters, the trust
+region, and per iteration its initial members for the meta-GP; the GPs are refit from the units
+on each generation (at most 100 rows, so milliseconds).
+
+Our simplifications (the authors' code differs): the LCB is minimized over 1,024 random points
+of the trust region rather than by Adam with neighbour moves; categorical and integer
+hyperparameters enter the GP through their cell in the unit cube (an ordered coordinate), not an
+overlap kernel; the stagnation smoother is an exact GP with a learned noise, not a variational
+one; time in the GP is counted in outer steps (iterations for the meta-GP), so ``eps`` is the
+correlation lost per step; a failed unit scores worst (its member is exploited).
+
+References:
+    [Chebykin2026] A. Chebykin, T. Alderliesten, P. A. N. Bosman. Iterated Population Based
+        Training with Task-Agnostic Restarts. ICML 2026 (arXiv:2511.09190).
+    [Parker-Holder2020] J. Parker-Holder, V. Nguyen, S. Roberts. Provably Efficient Online
+        Hyperparameter Optimization with Population-Based Bandits. NeurIPS 2020.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from botorch.exceptions.errors import ModelFittingError
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from gpytorch.constraints import Interval
+from gpytorch.kernels import Kernel, MaternKernel, ScaleKernel
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.models import ExactGP
+from scipy.stats import norm
+
+from engines.base import JSON, History, Problem, Proposal, Unit, check_option_ranges
+from engines.pbt import unit_document, unit_proposal
+from engines.quasirandom import SobolStream
+
+#: GP rows kept per fit (the most recent), as in the authors' code.
+MAX_ROWS = 100
+#: Random points of the trust region scored by the LCB.
+N_CANDIDATES = 1024
+LCB_BETA = 3.0
+TR_INIT, TR_MIN, TR_MAX = 0.4, 0.15, 1.0
+TR_FACTOR, TR_SUCCESSES, TR_FAILURES = 1.5, 3, 10
+SHRINK, PERTURB = 0.2, 0.1
+TOO_SLOW_WINDOW = 15
+FIT_MAXITER = 50
+
+
+class TimeKernel(Kernel):
+    """``k(t, t') = (1 - eps)^{|t - t'| / 2}`` on one input column (PB2's time-varying
+    kernel); ``eps`` in (0, 1) is learned."""
+
+    has_lengthscale = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.register_parameter("raw_eps", torch.nn.Parameter(torch.zeros(*self.batch_shape, 1)))
+        self.register_constraint("raw_eps", Interval(1e-4, 0.999))
+
+    @property
+    def eps(self) -> torch.Tensor:
+        return self.raw_eps_constraint.transform(self.raw_eps)
+
+    def forward(
+        self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False, **params: Any
+    ) -> torch.Tensor:
+        if diag:
+            gap = (x1[..., 0] - x2[..., 0]).abs()
+        else:
+            gap = (x1[..., :, None, 0] - x2[..., None, :, 0]).abs()
+        return torch.pow(1.0 - self.eps, gap / 2.0)
+
+
+def copula(y: np.ndarray) -> np.ndarray:
+    """Ranks mapped to standard normal quantiles (ties by order)."""
+    ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
+    return norm.ppf((ranks + 0.5) / len(y))
+
+
+def fit_time_varying_gp(X: np.ndarray, y: np.ndarray) -> SingleTaskGP:
+    """A GP on ``X: (n, k + 1)`` whose last column is time, ``y: (n,)`` already standardized:
+    ``s^2 Matern52_ARD(first k columns) x TimeKernel(last column)``."""
+    k = X.shape[1] - 1
+    covar = ScaleKernel(
+        MaternKernel(nu=2.5, ard_num_dims=k, active_dims=tuple(range(k)))
+        * TimeKernel(active_dims=(k,))
+    )
+    train_X = torch.as_tensor(X, dtype=torch.float64)
+    train_Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
+    with warnings.catch_warnings():
+        # Time is not in [0, 1] and y is standardized by the caller: no transforms, so that
+        # fantasies (lcb_in_trust_region) are on the scale of the targets.
+        warnings.simplefilter("ignore")
+        model = SingleTaskGP(train_X, train_Y, covar_module=covar, outcome_transform=None)
+        _fit(model)
+    return model
+
+
+def _fit(model: SingleTaskGP) -> None:
+    """Maximum marginal likelihood (at most ``FIT_MAXITER`` L-BFGS iterations: a generation
+    fits two GPs, and the optimum moves little at this size); if the fit fails, the initial
+    hyperparameters stay (a usable, if blunt, model)."""
+    with contextlib.suppress(ModelFittingError):
+        fit_gpytorch_mll(
+            ExactMarginalLogLikelihood(model.likelihood, model),
+            optimizer_kwargs={"options": {"maxiter": FIT_MAXITER}},
+        )
+
+
+def lcb_in_trust_region(
+    model: SingleTaskGP,
+    center: np.ndarray,
+    fixed: np.ndarray,
+    length: float,
+    count: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``count`` points ``h`` in [0, 1]^d minimizing ``mu - 3 sigma`` at ``(h, fixed)`` over
+    random points of the trust region around ``center``; each chosen point enters the model as
+    a fantasy at its posterior mean before the next is chosen. Returns ``(count, d)``."""
+    d = len(center)
+    kernel = model.covar_module.base_kernel.kernels[0]
+    ls = kernel.lengthscale.detach().numpy().ravel()[:d]
+    weights = ls / np.exp(np.mean(np.log(ls)))
+    half = np.clip(weights * length / 2.0, 0.0, 0.5)
+    lower, upper = np.clip(center - half, 0.0, 1.0), np.clip(center + half, 0.0, 1.0)
+    chosen = []
+    for _ in range(count):
+        H = lower + (upper - lower) * rng.random((N_CANDIDATES, d))
+        Z = torch.as_tensor(np.hstack([H, np.tile(fixed, (N_CANDIDATES, 1))]))
+        with torch.no_grad():
+            posterior = model.posterior(Z)
+            mean = posterior.mean.squeeze(-1)
+            lcb = mean - LCB_BETA * posterior.variance.clamp_min(1e-12).sqrt().squeeze(-1)
+        best = int(torch.argmin(lcb))
+        chosen.append(H[best])
+        fantasy_X = torch.cat([model.train_inputs[0], Z[best : best + 1]])
+        fantasy_Y = torch.cat([model.train_targets, mean[best : best + 1]])
+        ExactGP.set_train_data(model, fantasy_X, fantasy_Y, strict=False)
+    return np.array(chosen)
+
+
+def smoothed_improvement(best: list[float]) -> bool:
+    """Whether a GP smoothing of ``best`` (lower is better) ends lower than the step before."""
+    z = np.asarray(best, dtype=np.float64)
+    z = (z - z.mean()) / (z.std() or 1.0)
+    X = torch.linspace(0, 1, len(z), dtype=torch.float64).unsqueeze(-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = SingleTaskGP(X, torch.as_tensor(z).unsqueeze(-1), outcome_transform=None)
+        _fit(model)
+    with torch.no_grad():
+        mean = model.posterior(X[-2:]).mean.squeeze(-1)
+    return bool(mean[1] < mean[0])
+
+
+def too_slow(best: list[float]) -> bool:
+    """Less than one standard deviation gained over the last ``TOO_SLOW_WINDOW - 1`` steps."""
+    if len(best) < TOO_SLOW_WINDOW:
+        return False
+    fitness = -np.asarray(best, dtype=np.float64)
+    z = (fitness - fitness.mean()) / (fitness.std() or 1.0)
+    return bool(z.max() - z[: -(TOO_SLOW_WINDOW - 1)].max() < 1.0)
+
+
+@dataclass
+class IPBTEngine:
+    """IPBT over ask/tell; see the module docstring. ``t_max`` (training steps per member)
+    is required."""
+
+    name: ClassVar[str] = "ipbt"
+    uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = 1
+    schedules_units: ClassVar[bool] = True
+
+    t_max: int | None = None
+    population_size: int = 8
+    #: The first step, as a share of ``t_max``; doubled at each restart.
+    initial_step_share: float = 0.01
+    quantile: float = 0.25
+    patience: int = 3
+    #: Share of the restart candidates with fully fresh weights, and with random
+    #: hyperparameters (the others come from the meta-GP).
+    random_weights_share: float = 0.5
+    random_hyperparameters_share: float = 0.5
+    poll_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.t_max is None:
+            raise ValueError("option t_max (training steps per member) is required")
+        check_option_ranges(
+            [
+                ("t_max", self.t_max, 2, 2**40, False),
+                ("population_size", self.population_size, 2, 1000, False),
+                ("patience", self.patience, 1, 1000, False),
+            ]
+        )
+        for name in ("initial_step_share", "random_weights_share", "random_hyperparameters_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.initial_step_share == 0.0:
+            raise ValueError("initial_step_share must be > 0")
+        if not 0.0 < self.quantile <= 0.5:
+            raise ValueError(f"quantile must be in (0, 0.5], got {self.quantile}")
+        if not 0.0 < self.poll_seconds <= 3600.0:
+            raise ValueError(f"poll_seconds must be in (0, 3600], got {self.poll_seconds}")
+
+    @property
+    def n_quantile(self) -> int:
+        return max(1, round(self.quantile * self.population_size))
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        assert self.t_max is not None
+        s = _State.load(state, self.t_max, self.initial_step_share)
+        units = {u.number: u for u in history.units}
+        if not s.plan and not s.finished:
+            s.plan = self._initial_generation(problem, s, rng)
+        issued = {(int(u.spec["generation"]), int(u.spec["member"])) for u in history.units}
+        todo = [d for d in s.plan if (d["generation"], d["member"]) not in issued]
+        waiting = False
+        if not todo and not s.finished:
+            generation = [u for u in history.units if u.spec["generation"] == s.generation]
+            if any(u.state == "pending" for u in generation) or len(generation) < len(s.plan):
+                waiting = True
+            else:
+                self._close_generation(problem, s, generation, units, rng)
+                todo = [] if s.finished else list(s.plan)
+        docs = todo[:count]
+        s.pinned = _pinned(s, units)
+        retry_after = self.poll_seconds if waiting and len(docs) < count else None
+        return unit_proposal(docs, problem.d, s.dump(), retry_after)
+
+    # --- generations -------------------------------------------------------------------------
+
+    def _initial_generation(
+        self, problem: Problem, s: _State, rng: np.random.Generator
+    ) -> list[JSON]:
+        n = 2 * self.population_size
+        X = SobolStream.resume(problem.d, {}, rng).draw(n)
+        length = s.step_length(n, self.population_size)
+        return [
+            _doc(i, 0, 0, 0, length, None, "initial", rng, X[i], eval_before=True) for i in range(n)
+        ]
+
+    def _close_generation(
+        self,
+        problem: Problem,
+        s: _State,
+        generation: list[Unit],
+        units: dict[int, Unit],
+        rng: np.random.Generator,
+    ) -> None:
+        """Every unit of the current generation is told: select, record, then plan the next
+        generation (an outer step, or a restart), or finish."""
+        P = self.population_size
+        s.spent += sum(int(u.spec["to_step"]) - int(u.spec["from_step"]) for u in generation)
+        by_score = sorted(generation, key=_rank_key)
+        if len(generation) > P:  # an iteration's 2P candidates: keep the best P
+            kept = by_score[:P]
+            s.slots = [u.number for u in kept] + [kept[0].number] * (P - len(kept))
+            s.iterations.append({"n": s.iteration, "trials": list(s.slots)})
+        else:
+            s.slots = [u.number for u in sorted(generation, key=lambda u: int(u.spec["member"]))]
+        population = [units[n] for n in s.slots]
+        best = min(population, key=_rank_key)
+        if best.y is not None:
+            s.best.append(best.y)
+            s.best_of_iteration = _better(s.best_of_iteration, best, units)
+        self._update_trust_region(s, best)
+        self._update_stagnation(s)
+        length = s.step_length(P, P)
+        if length < 1:
+            s.finished, s.plan = True, []
+            return
+        if s.n_fail >= self.patience and self._restart_fits(s):
+            s.plan = self._restart(problem, s, population, units, rng)
+        else:
+            s.plan = self._outer_step(problem, s, population, units, rng, length)
+        s.generation += 1
+        for d in s.plan:
+            d["generation"] = s.generation
+
+    def _outer_step(
+        self,
+        problem: Problem,
+        s: _State,
+        population: list[Unit],
+        units: dict[int, Unit],
+        rng: np.random.Generator,
+        length: int,
+    ) -> list[JSON]:
+        """Continue the top and middle members; the bottom ones copy a top member and take
+        hyperparameters from the time-varying GP."""
+        q = self.n_quantile
+        order = sorted(range(len(population)), key=lambda i: _rank_key(population[i]))
+        top = [i for i in order[:q] if population[i].state == "completed"]
+        failed = {i for i, u in enumerate(population) if u.state != "completed"}
+        bottom = sorted(set(order[-q:]) | failed) if top else []
+        parents = {i: population[top[int(rng.integers(len(top)))]] for i in bottom}
+        explored, source = self._explore(problem, s, parents, units, rng)
+        docs = []
+        for i, unit in enumerate(population):
+            if i in parents:
+                parent = parents[i]
+                from_step = int(parent.spec["to_step"])
+                docs.append(
+                    _doc(
+                        i,
+                        0,
+                        s.iteration,
+                        from_step,
+                        length,
+                        parent,
+                        "exploit",
+                        rng,
+                        explored[i],
+                        source=source,
+                    )
+                )
+            elif i in failed:  # nobody to copy (every member failed): start afresh
+                docs.append(
+                    _doc(
+                        i,
+                        0,
+                        s.iteration,
+                        0,
+                        length,
+                        None,
+                        "initial",
+                        rng,
+                        rng.random(problem.d),
+                        eval_before=True,
+                    )
+                )
+            else:
+                from_step = int(unit.spec["to_step"])
+                docs.append(
+                    _doc(i, 0, s.iteration, from_step, length, unit, "continue", rng, unit.x)
+                )
+        return docs
+
+    def _explore(
+        self,
+        problem: Problem,
+        s: _State,
+        parents: dict[int, Unit],
+        units: dict[int, Unit],
+        rng: np.random.Generator,
+    ) -> tuple[dict[int, np.ndarray], str]:
+        """New hyperparameters for the members in ``parents`` (member -> parent unit), and
+        where they come from (``bo``, or ``random`` before the iteration has GP rows)."""
+        if not parents:
+            return {}, "bo"
+        rows = _improvement_rows(s.iteration, units, s.t_step)
+        if rows is None:
+            return {i: rng.random(problem.d) for i in parents}, "random"
+        X, y, r_range = rows
+        model = fit_time_varying_gp(X, copula(y))
+        out: dict[int, np.ndarray] = {}
+        t_next = (max(int(p.spec["to_step"]) for p in parents.values()) + s.t_step) / s.t_step
+        for i, parent in parents.items():
+            assert parent.y is not None
+            r = (parent.y - r_range[0]) / (r_range[1] - r_range[0] or 1.0)
+            (out[i],) = lcb_in_trust_region(
+                model, parent.x, np.array([r, t_next]), s.tr_length, 1, rng
+            )
+        return out, "bo"
+
+    def _restart(
+        self,
+        problem: Problem,
+        s: _State,
+        population: list[Unit],
+        units: dict[int, Unit],
+        rng: np.random.Generator,
+    ) -> list[JSON]:
+        """A new iteration: the step doubles; 2P candidates from shrunk-and-perturbed top
+        checkpoints (some fresh), half random and half meta-GP hyperparameters."""
+        meta = self._meta_proposals(problem, s, units, rng)
+        s.iteration += 1
+        s.t_step *= 2
+        s.n_fail, s.best = 0, []
+        s.tr_length, s.tr_successes, s.tr_failures = TR_INIT, 0, 0
+        if s.best_of_iteration is not None:
+            s.pinned_bests.append(s.best_of_iteration)
+        s.best_of_iteration = None
+        n = 2 * self.population_size
+        n_random = round(self.random_hyperparameters_share * n)
+        X = np.vstack([rng.random((n_random, problem.d)), meta[: n - n_random]])
+        if len(X) < n:
+            X = np.vstack([X, rng.random((n - len(X), problem.d))])
+        completed = [u for u in population if u.state == "completed"]
+        top = sorted(completed, key=_rank_key)[: self.n_quantile]
+        fresh = set(rng.permutation(n)[: round(self.random_weights_share * n)].tolist())
+        length = s.step_length(n, self.population_size)
+        docs = []
+        for i in range(n):
+            parent = top[int(rng.integers(len(top)))] if top else None
+            if parent is None:  # nothing to reuse: fresh weights from step 0
+                docs.append(
+                    _doc(i, 0, s.iteration, 0, length, None, "restart", rng, X[i], eval_before=True)
+                )
+                continue
+            shrink, perturb = (0.0, 1.0) if i in fresh else (SHRINK, PERTURB)
+            transform = {
+                "kind": "shrink_perturb",
+                "shrink": shrink,
+                "perturb": perturb,
+                "seed": int(rng.integers(2**31)),
+            }
+            source = "random" if i < n_random else "meta_bo"
+            docs.append(
+                _doc(
+                    i,
+                    0,
+                    s.iteration,
+                    int(parent.spec["to_step"]),
+                    length,
+                    parent,
+                    "restart",
+                    rng,
+                    X[i],
+                    eval_before=True,
+                    transform=transform,
+                    source=source,
+                )
+            )
+        return docs
+
+    def _meta_proposals(
+        self, problem: Problem, s: _State, units: dict[int, Unit], rng: np.random.Generator
+    ) -> np.ndarray:
+        """Hyperparameters for the next iteration from the meta-level time-varying GP over the
+        iterations' initial members (``(P, d)``, or ``(0, d)`` without data)."""
+        rows_X, rows_y, lineages = [], [], []
+        for record in s.iterations:
+            for number in record["trials"]:
+                root = units.get(number)
+                if root is None or root.y is None:
+                    continue
+                best = _best_descendant(root, units)
+                rows_X += [np.append(root.x, record["n"]), np.append(root.x, record["n"] + 1)]
+                rows_y += [root.y, best]
+                lineages.append((record["n"], best, root))
+        if len(rows_y) < 4:
+            return np.zeros((0, problem.d))
+        model = fit_time_varying_gp(np.array(rows_X), copula(np.array(rows_y)))
+        last = max(n for n, _, _ in lineages)
+        center = min((t for t in lineages if t[0] == last), key=lambda t: t[1])[2].x
+        return lcb_in_trust_region(
+            model, center, np.array([s.iteration + 1.0]), TR_INIT, self.population_size, rng
+        )
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+
+    def _update_trust_region(self, s: _State, best: Unit) -> None:
+        if best.spec.get("source") == "bo":
+            s.tr_successes, s.tr_failures = s.tr_successes + 1, 0
+        else:
+            s.tr_successes, s.tr_failures = 0, s.tr_failures + 1
+        if s.tr_successes >= TR_SUCCESSES:
+            s.tr_length, s.tr_successes = min(TR_MAX, s.tr_length * TR_FACTOR), 0
+        if s.tr_failures >= TR_FAILURES:
+            s.tr_length, s.tr_failures = max(TR_MIN, s.tr_length / TR_FACTOR), 0
+
+    def _update_stagnation(self, s: _State) -> None:
+        if len(s.best) < 2:
+            return
+        if too_slow(s.best):
+            s.n_fail = self.patience
+        elif smoothed_improvement(s.best):
+            s.n_fail = 0
+        else:
+            s.n_fail += 1
+
+    def _restart_fits(self, s: _State) -> bool:
+        """A restart must leave room for its 2P step and one population step of the doubled
+        size (the authors' guard: ``t + t_step + 2 (2 t_step) <= t_max``)."""
+        assert self.t_max is not None
+        t = s.spent / self.population_size
+        return t + s.t_step + 2 * (2 * s.t_step) <= self.t_max
+
+
+def _rank_key(u: Unit) -> tuple[float, int]:
+    """Completed units by score, failed ones last."""
+    return (u.y if u.state == "completed" and u.y is not None else math.inf, u.number)
+
+
+def _better(current: int | None, candidate: Unit, units: dict[int, Unit]) -> int:
+    if current is None or current not in units:
+        return candidate.number
+    return min(current, candidate.number, key=lambda n: _rank_key(units[n]))
+
+
+def _best_descendant(root: Unit, units: dict[int, Unit]) -> float:
+    """The best score of any unit whose weights descend from ``root`` (itself included), in
+    ``root``'s iteration."""
+    iteration = root.spec.get("iteration", 0)
+    best = root.y if root.y is not None else math.inf
+    for u in units.values():
+        if u.y is None or u.spec.get("iteration", 0) != iteration:
+            continue
+        current: Unit | None = u
+        seen = 0
+        while current is not None and seen < len(units):
+            if current.number == root.number:
+                best = min(best, u.y)
+                break
+            start = current.spec["start"].get("trial")
+            current = units.get(start) if start is not None else None
+            seen += 1
+    return best
+
+
+def _improvement_rows(
+    iteration: int, units: dict[int, Unit], t_step: int
+) -> tuple[np.ndarray, np.ndarray, tuple[float, float]] | None:
+    """The GP rows of the iteration: ``X = [h, R_before (min-max scaled), t / t_step]`` and the
+    improvement per step; ``None`` with fewer than 3 rows."""
+    rows = []
+    for u in units.values():
+        if u.state != "completed" or u.y is None or u.spec.get("iteration", 0) != iteration:
+            continue
+        before = u.y_before
+        start = u.spec["start"]
+        if before is None and start["kind"] == "checkpoint" and "transform" not in u.spec:
+            parent = units.get(start["trial"])
+            before = parent.y if parent is not None else None
+        if before is None:
+            continue
+        steps = int(u.spec["to_step"]) - int(u.spec["from_step"])
+        rows.append(
+            (u.number, u.x, before, int(u.spec["to_step"]) / t_step, (u.y - before) / steps)
+        )
+    if len(rows) < 3:
+        return None
+    rows = sorted(rows, key=lambda r: r[0])[-MAX_ROWS:]
+    r = np.array([row[2] for row in rows])
+    r_range = (float(r.min()), float(r.max()))
+    scaled = (r - r_range[0]) / (r_range[1] - r_range[0] or 1.0)
+    X = np.array(
+        [np.concatenate([row[1], [s, row[3]]]) for row, s in zip(rows, scaled, strict=True)]
+    )
+    return X, np.array([row[4] for row in rows]), r_range
+
+
+def _doc(
+    member: int,
+    generation: int,
+    iteration: int,
+    from_step: int,
+    length: int,
+    start: Unit | None,
+    reason: str,
+    rng: np.random.Generator,
+    x: np.ndarray,
+    eval_before: bool = False,
+    transform: JSON | None = None,
+    source: str | None = None,
+) -> JSON:
+    extra: dict[str, object] = {"iteration": iteration, "eval_before": eval_before}
+    if transform is not None:
+        extra["transform"] = transform
+    if source is not None:
+        extra["source"] = source
+    doc = unit_document(
+        member,
+        generation,
+        from_step,
+        from_step + length,
+        start,
+        reason,
+        int(rng.integers(2**31)),
+        **extra,
+    )
+    doc["x"] = [float(v) for v in np.clip(x, 0.0, 1.0)]
+    return doc
+
+
+def _pinned(s: _State, units: dict[int, Unit]) -> list[int]:
+    """The checkpoints a unit of the plan loads, the population's, and the best of every
+    iteration."""
+    pinned = {int(d["start"]["trial"]) for d in s.plan if d["start"]["kind"] == "checkpoint"}
+    pinned |= {n for n in s.slots if n in units and units[n].checkpoint is not None}
+    pinned |= set(s.pinned_bests)
+    if s.best_of_iteration is not None:
+        pinned.add(s.best_of_iteration)
+    return sorted(pinned)
+
+
+@dataclass
+class _State:
+    """The engine state as fields; ``load`` starts afresh from anything unusable."""
+
+    plan: list[JSON]
+    generation: int
+    iteration: int
+    t_step: int
+    spent: int
+    t_max: int
+    slots: list[int]
+    best: list[float]
+    n_fail: int
+    tr_length: float
+    tr_successes: int
+    tr_failures: int
+    iterations: list[JSON]
+    best_of_iteration: int | None
+    pinned_bests: list[int]
+    finished: bool
+    pinned: list[int]
+
+    @classmethod
+    def load(cls, state: JSON, t_max: int, initial_step_share: float) -> _State:
+        fresh = cls(
+            plan=[],
+            generation=0,
+            iteration=0,
+            t_step=max(1, round(initial_step_share * t_max)),
+            spent=0,
+            t_max=t_max,
+            slots=[],
+            best=[],
+            n_fail=0,
+            tr_length=TR_INIT,
+            tr_successes=0,
+            tr_failures=0,
+            iterations=[],
+            best_of_iteration=None,
+            pinned_bests=[],
+            finished=False,
+            pinned=[],
+        )
+        if state.get("version") != 1:
+            return fresh
+        state = copy.deepcopy(state)  # the engine never changes the state it was given
+        fields = {k: state[k] for k in fresh.__dict__ if k in state and k != "t_max"}
+        for k, v in fields.items():
+            setattr(fresh, k, v)
+        return fresh
+
+    def dump(self) -> JSON:
+        out: JSON = {k: v for k, v in self.__dict__.items() if k != "t_max"}
+        out["version"] = 1
+        return out
+
+    def step_length(self, n_units: int, population_size: int) -> int:
+        """The next step for ``n_units`` units: ``t_step``, cut to the budget left
+        (``population_size t_max`` member-steps)."""
+        left = population_size * self.t_max - self.spent
+        return min(self.t_step, left // n_units)

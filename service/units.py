@@ -1,0 +1,207 @@
+"""Training units of scheduler studies (``pbt``, ``ipbt``): what the engine reads, lineage,
+the schedule of the best member, and which checkpoints may be deleted.
+
+A unit is a trial with a ``unit`` document (``client.models.Unit``). Its score is the first
+objective; the score of its starting weights is the first objective reported at its
+``from_step``; its checkpoint is the one of its measurement at the highest step that has one
+(a tell with ``checkpoint`` stores it at ``to_step``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Connection, Row
+
+from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
+from engines.base import Unit, best_unit
+from service.errors import ApiError, invalid, not_found
+from service.problem import StudySpec
+from service.store import Store, get_study_row, measurements_t, studies_t, trials_t
+
+_UNIT_TRIALS = (
+    select(
+        trials_t.c.id,
+        trials_t.c.number,
+        trials_t.c.state,
+        trials_t.c.x,
+        trials_t.c.unit,
+        trials_t.c.params,
+        trials_t.c["values"],
+    )
+    .where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.unit.is_not(None))
+    .order_by(trials_t.c.number)
+)
+_UNIT_MEASUREMENTS = (
+    select(
+        measurements_t.c.trial_id,
+        measurements_t.c.step,
+        measurements_t.c["values"],
+        measurements_t.c.checkpoint,
+    )
+    .join(trials_t, trials_t.c.id == measurements_t.c.trial_id)
+    .where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.unit.is_not(None))
+    .order_by(measurements_t.c.step)
+)
+_ENGINE_STATE = select(studies_t.c.engine_state).where(studies_t.c.id == bindparam("study_id"))
+
+
+def _unit_rows(conn: Connection, study_id: int) -> tuple[list[Row], dict[int, list[Row]]]:
+    trials = conn.execute(_UNIT_TRIALS, {"study_id": study_id}).all()
+    measurements: dict[int, list[Row]] = {}
+    for m in conn.execute(_UNIT_MEASUREMENTS, {"study_id": study_id}):
+        measurements.setdefault(m.trial_id, []).append(m)
+    return trials, measurements
+
+
+def _checkpoint(measurements: list[Row]) -> str | None:
+    saved = [m.checkpoint for m in measurements if m.checkpoint is not None]
+    return saved[-1] if saved else None
+
+
+def load_units(conn: Connection, study_id: int, spec: StudySpec) -> tuple[Unit, ...]:
+    """Every unit of the study as the engine sees it, in trial-number order."""
+    trials, measurements = _unit_rows(conn, study_id)
+    name, sign = spec.objective_names[0], float(spec.signs[0])
+    units = []
+    for t in trials:
+        ms = measurements.get(t.id, [])
+        before = [m for m in ms if m.step == t.unit["from_step"] and name in m.values]
+        state = "completed" if t.state == "completed" else "failed"
+        if t.state in ("waiting", "running", "stale"):
+            state = "pending"
+        units.append(
+            Unit(
+                number=t.number,
+                x=np.frombuffer(t.x, dtype=np.float64).copy(),
+                spec=t.unit,
+                state=state,  # type: ignore[arg-type]
+                y=sign * t.values[name] if state == "completed" else None,
+                y_before=sign * before[0].values[name] if before else None,
+                checkpoint=_checkpoint(ms),
+            )
+        )
+    return tuple(units)
+
+
+def _segments(conn: Connection, study_id: int) -> dict[int, Segment]:
+    trials, measurements = _unit_rows(conn, study_id)
+    return {
+        t.number: Segment(
+            trial=t.number,
+            member=t.unit["member"],
+            from_step=t.unit["from_step"],
+            to_step=t.unit["to_step"],
+            reason=t.unit["reason"],
+            params=t.params,
+            values=t.values,
+            checkpoint=_checkpoint(measurements.get(t.id, [])),
+        )
+        for t in trials
+    }
+
+
+def _chain(segments: dict[int, Segment], starts: dict[int, int | None], number: int) -> Lineage:
+    chain: list[Segment] = []
+    current: int | None = number
+    while current is not None and current in segments and len(chain) <= len(segments):
+        chain.append(segments[current])
+        current = starts.get(current)
+    return Lineage(trial=number, segments=chain[::-1])
+
+
+def _starts(conn: Connection, study_id: int) -> dict[int, int | None]:
+    rows = conn.execute(_UNIT_TRIALS, {"study_id": study_id}).all()
+    return {r.number: r.unit["start"].get("trial") for r in rows}
+
+
+def _not_scheduler(spec: StudySpec, study_id: int) -> ApiError:
+    return invalid(
+        "not_a_scheduler_study",
+        f"study {study_id} uses engine {spec.engine.name!r}, which hands out no training units; "
+        "lineage and checkpoints exist for the schedulers (pbt, ipbt)",
+    )
+
+
+def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage:
+    """The units whose checkpoints led to trial ``number``, oldest first."""
+
+    def fn(conn: Connection) -> Lineage:
+        get_study_row(conn, tenant_id, study_id)
+        spec = store.spec(conn, study_id)
+        if not spec.engine.schedules_units:
+            raise _not_scheduler(spec, study_id)
+        segments = _segments(conn, study_id)
+        if number not in segments:
+            raise not_found(f"unit trial {number} of study {study_id}")
+        return _chain(segments, _starts(conn, study_id), number)
+
+    return store.db.read(fn)
+
+
+def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
+    """The lineage of the best completed unit: the hyperparameter schedule of the best member.
+
+    Raises:
+        ApiError: 404 ``no_completed_unit`` before any unit is completed.
+    """
+
+    def fn(conn: Connection) -> Lineage:
+        get_study_row(conn, tenant_id, study_id)
+        spec = store.spec(conn, study_id)
+        if not spec.engine.schedules_units:
+            raise _not_scheduler(spec, study_id)
+        best = best_unit(load_units(conn, study_id, spec))
+        if best is None:
+            raise ApiError(404, "no_completed_unit", f"study {study_id} has no completed unit yet")
+        return _chain(_segments(conn, study_id), _starts(conn, study_id), best.number)
+
+    return store.db.read(fn)
+
+
+def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPublic:
+    """Pinned: the final checkpoints of the units the engine says a future unit may load
+    (``pinned`` in its state), of those a pending unit starts from, of each member's last unit
+    when it is completed (no next unit decided yet) and of the best unit, and every checkpoint
+    of a unit still pending.
+    Releasable: every other checkpoint; no unit will ever load it."""
+
+    def fn(conn: Connection) -> CheckpointsPublic:
+        get_study_row(conn, tenant_id, study_id)
+        spec = store.spec(conn, study_id)
+        if not spec.engine.schedules_units:
+            raise _not_scheduler(spec, study_id)
+        units = load_units(conn, study_id, spec)
+        state: dict[str, Any] = conn.execute(_ENGINE_STATE, {"study_id": study_id}).scalar_one()
+        pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
+        pinned |= {
+            int(u.spec["start"]["trial"])
+            for u in units
+            if u.state == "pending" and u.spec["start"]["kind"] == "checkpoint"
+        }
+        # A member's last unit, completed since the engine last ran: its next unit is not
+        # decided yet, so its checkpoint may be continued or copied.
+        last: dict[int, Unit] = {int(u.spec["member"]): u for u in units}
+        pinned |= {u.number for u in last.values() if u.state == "completed"}
+        best = best_unit(units)
+        if best is not None:
+            pinned.add(best.number)
+        final = {u.number: u.checkpoint for u in units}
+        pending = {u.number for u in units if u.state == "pending"}
+        trials, measurements = _unit_rows(conn, study_id)
+        keep: list[CheckpointRef] = []
+        release: list[CheckpointRef] = []
+        for t in trials:
+            for m in measurements.get(t.id, []):
+                if m.checkpoint is None:
+                    continue
+                ref = CheckpointRef(trial=t.number, checkpoint=m.checkpoint)
+                needed = t.number in pending or (
+                    t.number in pinned and m.checkpoint == final[t.number]
+                )
+                (keep if needed else release).append(ref)
+        return CheckpointsPublic(pinned=keep, releasable=release)
+
+    return store.db.read(fn)

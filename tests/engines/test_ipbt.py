@@ -1,0 +1,142 @@
+"""The ipbt engine: the stagnation detector, restarts (bookkeeping in the state), the budget."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engines.base import Problem
+from engines.errors import EngineOptionsError
+from engines.ipbt import copula, smoothed_improvement, too_slow
+from engines.registry import make_engine
+from engines.space import FloatParam, SearchSpace
+from tests.engines.test_pbt import run
+
+LR = Problem(SearchSpace([FloatParam("lr", 1e-3, 1.0, log=True)]))
+
+
+def curve_train(progress: np.ndarray, params: dict, steps: int) -> np.ndarray:
+    """A synthetic learning curve: progress grows fastest at lr = 0.1."""
+    rate = math.exp(-((math.log10(float(params["lr"])) + 1.0) ** 2))
+    return progress + steps * rate
+
+
+def accuracy(progress: np.ndarray) -> float:
+    return float(1.0 - math.exp(-float(progress[0]) / 50.0))
+
+
+def test_too_slow_needs_fifteen_points_and_one_standard_deviation_of_gain():
+    flat = [-0.5] * 15
+    assert not too_slow(flat[:-1])
+    assert too_slow(flat)
+    improving = [-0.01 * i for i in range(15)]  # lower is better: every step gains
+    assert not too_slow(improving)
+    # Progress, then a plateau longer than the window: too slow, whatever came before.
+    plateau = list(-np.linspace(0.1, 0.9, 16)) + [-0.9] * 14
+    assert too_slow(plateau)
+    assert not too_slow([*plateau[:-1], -1.5])  # a large gain inside the window
+
+
+def test_the_smoothed_detector_sees_noisy_progress_and_a_plateau():
+    rng = np.random.default_rng(0)
+    progress = list(-np.linspace(0, 1, 12) + 0.05 * rng.standard_normal(12))
+    assert smoothed_improvement(progress)
+    worse = list(np.linspace(0, 1, 12))
+    assert not smoothed_improvement(worse)
+
+
+def test_copula_maps_ranks_to_normal_quantiles():
+    z = copula(np.array([10.0, -3.0, 7.0, 0.0]))
+    assert list(np.argsort(z)) == [1, 3, 2, 0]
+    assert z.sum() == pytest.approx(0.0)
+
+
+def _schedule(options: dict, seed: int = 0):
+    engine = make_engine("ipbt", options)
+    return run(engine, LR, curve_train, accuracy, np.zeros(1), asynchronous=False, seed=seed)
+
+
+def test_an_iteration_starts_with_2p_candidates_and_keeps_the_best_p():
+    units, _, _ = _schedule({"t_max": 400, "population_size": 4, "initial_step_share": 0.05})
+    first = [u for u in units if u.spec["generation"] == 0]
+    assert len(first) == 8
+    assert all(u.spec["eval_before"] and u.spec["start"] == {"kind": "fresh"} for u in first)
+    second = [u for u in units if u.spec["generation"] == 1]
+    assert len(second) == 4
+    best4 = sorted(first, key=lambda u: u.y)[:4]
+    starts = {u.spec["start"]["trial"] for u in second}
+    top, bottom = best4[:1], best4[-1:]
+    # The top member continues; the bottom one copies a top member's exact checkpoint.
+    assert top[0].number in starts
+    exploit = [u for u in second if u.spec["reason"] == "exploit"]
+    assert len(exploit) == 1 and exploit[0].spec["start"]["trial"] == top[0].number
+    assert bottom[0].number not in starts
+
+
+def test_stagnation_restarts_with_the_step_doubled_and_shrink_perturb():
+    units, _, proposals = _schedule(
+        {"t_max": 1000, "population_size": 4, "initial_step_share": 0.02}
+    )
+    restarts = [u for u in units if u.spec["reason"] == "restart"]
+    assert restarts, "the plateau of the curve should trigger at least one restart"
+    iteration1 = [u for u in restarts if u.spec["iteration"] == 1]
+    assert len(iteration1) == 8
+    assert all(u.spec["eval_before"] for u in iteration1)
+    lengths = {u.spec["to_step"] - u.spec["from_step"] for u in iteration1}
+    assert lengths == {40}  # 2 % of t_max, doubled
+    pairs = sorted(
+        (u.spec["transform"]["shrink"], u.spec["transform"]["perturb"]) for u in iteration1
+    )
+    assert pairs == [(0.0, 1.0)] * 4 + [(0.2, 0.1)] * 4
+    sources = sorted(u.spec["source"] for u in iteration1)
+    assert sources == ["meta_bo"] * 4 + ["random"] * 4
+    # State bookkeeping at the restart: the ask that planned it.
+    restart_plan = next(p for p in proposals if p.units and p.units[0]["reason"] == "restart")
+    state = restart_plan.state
+    assert state["iteration"] == 1 and state["t_step"] == 40 and state["n_fail"] == 0
+    assert state["best"] == [] and state["tr_length"] == 0.4
+    assert len(state["pinned_bests"]) == 1
+    assert state["pinned_bests"][0] in state["pinned"]
+
+
+def test_the_budget_is_p_times_t_max_and_restarts_stop_near_the_end():
+    t_max, P = 1000, 4
+    units, _, proposals = _schedule(
+        {"t_max": t_max, "population_size": P, "initial_step_share": 0.02}, seed=1
+    )
+    spent = sum(u.spec["to_step"] - u.spec["from_step"] for u in units)
+    assert P * t_max - P < spent <= P * t_max
+    final = proposals[-1].state
+    assert final["finished"] and final["spent"] == spent
+    # A restart is planned only if its 2P step and one more step of the doubled size fit.
+    for u in units:
+        if u.spec["reason"] == "restart":
+            before = sum(
+                v.spec["to_step"] - v.spec["from_step"]
+                for v in units
+                if v.spec["generation"] < u.spec["generation"]
+            )
+            old_step = (u.spec["to_step"] - u.spec["from_step"]) // 2
+            assert before / P + old_step + 4 * old_step <= t_max
+    assert all(u.state == "completed" for u in units)
+
+
+def test_ipbt_beats_its_own_start_and_is_reproducible():
+    options = {"t_max": 400, "population_size": 4, "initial_step_share": 0.05}
+    a, _, _ = _schedule(options, seed=3)
+    b, _, _ = _schedule(options, seed=3)
+    assert [u.spec for u in a] == [u.spec for u in b]
+    best = min(u.y for u in a)
+    first = min(u.y for u in a if u.spec["generation"] == 0)
+    assert best < first - 0.3
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [({}, "t_max"), ({"t_max": 100, "initial_step_share": 0.0}, "initial_step_share")],
+)
+def test_bad_options_are_refused(options, match):
+    with pytest.raises(EngineOptionsError, match=match):
+        make_engine("ipbt", options)
