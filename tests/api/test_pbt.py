@@ -10,6 +10,7 @@ import pytest
 
 from client import Client, Conflict, InvalidRequest
 from client.models import TrialPublic
+from tests.conftest import make_test_client
 
 LR = {"type": "float", "name": "lr", "low": 0.001, "high": 1.0, "log": True}
 ACCURACY = [{"name": "accuracy", "goal": "maximize"}]
@@ -107,7 +108,19 @@ def test_an_expired_unit_is_reissued_with_the_same_start(client):
     assert again.unit == unit.unit and again.params == unit.params
 
 
-def test_a_synchronous_generation_answers_retry_until_it_is_complete(client):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_client(request):
+    """The client on a fresh SQLite file or the test PostgreSQL database."""
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    with (
+        make_test_client(url) as http,
+        Client("http://testserver", transport=http._transport, retries=0) as c,
+    ):
+        yield c
+
+
+def test_a_synchronous_generation_answers_retry_until_it_is_complete(db_client):
+    client = db_client
     study = _pbt(client, "sync", synchronous=True, t_max=20)
     answer = study.ask_units(3, worker_id="w")
     assert len(answer.trials) == 3 and answer.retry_after is None
@@ -121,6 +134,10 @@ def test_a_synchronous_generation_answers_retry_until_it_is_complete(client):
         study.tell(t.number, 0.5, checkpoint=f"c{t.number}")
     done = study.ask_units(1, worker_id="w")
     assert done.trials == [] and done.finished and done.retry_after is None
+    last = second.trials[0]
+    assert [s.trial for s in study.lineage(last.number).segments][-1] == last.number
+    refs = study.checkpoints()
+    assert len(refs.pinned) + len(refs.releasable) == 6
 
 
 def test_a_unit_must_be_told_with_its_checkpoint_and_cannot_be_added_by_hand(client):
