@@ -214,7 +214,10 @@ def code_version() -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except OSError:
