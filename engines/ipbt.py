@@ -27,7 +27,8 @@ hyperparameters by time-varying Bayesian optimization.
   standard deviation gained over the last 14, fail at once (``n_fail = patience``). Otherwise a
   GP smooths ``s``; the step failed unless the smoothed value at the last point beats the one
   before. ``n_fail`` counts failed steps in a row; at ``patience`` (3) the run restarts, unless
-  a restart could not run two steps of the doubled size before the budget ends.
+  the authors' guard forbids it: ``t + t_step + 2 (2 t_step) > t_max``, with ``t`` the budget
+  spent per member (a restart near the end would train little).
 - Restart: ``t_step`` doubles; the ``2 P`` candidates start from checkpoints of random top
   members, shrunk and perturbed ``theta <- 0.2 theta + 0.1 theta_fresh`` (half of them, at
   random, fully fresh: ``0 theta + 1 theta_fresh``); half of their hyperparameters are uniform,
@@ -257,7 +258,8 @@ class IPBTEngine:
 
     @property
     def n_quantile(self) -> int:
-        return max(1, round(self.quantile * self.population_size))
+        """Members in the top (and in the bottom) quantile; the two never overlap."""
+        return min(max(1, round(self.quantile * self.population_size)), self.population_size // 2)
 
     def suggest(
         self,
@@ -323,7 +325,8 @@ class IPBTEngine:
         if best.y is not None:
             s.best.append(best.y)
             s.best_of_iteration = _better(s.best_of_iteration, best, units)
-        self._update_trust_region(s, best)
+        if len(generation) <= P:  # the trust region counts outer steps only
+            self._update_trust_region(s, best)
         self._update_stagnation(s)
         length = s.step_length(P, P)
         if length < 1:
@@ -465,7 +468,7 @@ class IPBTEngine:
                 "perturb": perturb,
                 "seed": int(rng.integers(2**31)),
             }
-            source = "random" if i < n_random else "meta_bo"
+            source = "meta_bo" if n_random <= i < n_random + len(meta) else "random"
             docs.append(
                 _doc(
                     i,
@@ -580,7 +583,8 @@ def _improvement_rows(
             continue
         before = u.y_before
         start = u.spec["start"]
-        if before is None and start["kind"] == "checkpoint" and "transform" not in u.spec:
+        unchanged = u.spec.get("transform", {}).get("kind", "none") == "none"
+        if before is None and start["kind"] == "checkpoint" and unchanged:
             parent = units.get(start["trial"])
             before = parent.y if parent is not None else None
         if before is None:

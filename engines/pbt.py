@@ -309,9 +309,9 @@ class PBTEngine:
         new_state = {
             "initial": initial.tolist(),
             "plan": plan,
-            # Synchronous: the plan names every checkpoint the generation loads. Asynchronous:
-            # any member's last checkpoint may still be continued or copied.
-            "pinned": _pinned([] if self.synchronous else members, plan + docs, history.units),
+            # Any member's last checkpoint may still be continued or copied (synchronous too: a
+            # member whose unit fails with nobody to copy continues from it).
+            "pinned": _pinned(members, plan + docs, history.units),
         }
         if self.synchronous:
             new_state["generation"] = _generation_of(plan, state)
@@ -336,8 +336,11 @@ class PBTEngine:
         )
         docs = []
         for m in ready[:count]:
+            # A member with no completed unit (its first one failed) is ranked against the
+            # others' latest scores: there is nothing at its own step to compare with.
+            at_step = m.step if m.last_completed is not None else None
             top, bottom = quantiles(
-                members, self.quantile, self.t_max or 0, at_step=m.step, deciding=m.index
+                members, self.quantile, self.t_max or 0, at_step=at_step, deciding=m.index
             )
             doc = self._next_unit(problem, m, top, bottom, initial, rng, len(m.units))
             if doc is not None:
@@ -358,7 +361,9 @@ class PBTEngine:
         plan = state.get("plan") if isinstance(state.get("plan"), list) else None
         if not plan:
             plan = [
-                self._next_unit(problem, m, [], [], initial, rng, generation=0) for m in members
+                d
+                for m in members
+                if (d := self._next_unit(problem, m, [], [], initial, rng, generation=0))
             ]
         issued = {(int(u.spec["generation"]), int(u.spec["member"])) for u in history.units}
         todo = [d for d in plan if d is not None and (d["generation"], d["member"]) not in issued]

@@ -591,7 +591,9 @@ def tell(
             change.update(values=vals, constraints=cons or None, feasible=feasible)
             if req.checkpoint is not None:
                 _store_final_checkpoint(conn, trial, vals, req.checkpoint, now)
-            elif trial.unit is not None and not _has_checkpoint(conn, trial.id):
+            elif trial.unit is not None and not _has_checkpoint(
+                conn, trial.id, int(trial.unit["to_step"])
+            ):
                 raise invalid(
                     "checkpoint_required",
                     f"trial {number} is a training unit: tell it with the reference of the "
@@ -627,11 +629,15 @@ def _store_final_checkpoint(
     )
 
 
-def _has_checkpoint(conn: Connection, trial_id: int) -> bool:
+def _has_checkpoint(conn: Connection, trial_id: int, at_least_step: int) -> bool:
+    """Whether the trial reported a checkpoint at ``at_least_step`` or later (a unit's end: a
+    checkpoint reported before training, at ``from_step``, does not count)."""
     return (
         conn.execute(
             select(measurements_t.c.id).where(
-                measurements_t.c.trial_id == trial_id, measurements_t.c.checkpoint.is_not(None)
+                measurements_t.c.trial_id == trial_id,
+                measurements_t.c.checkpoint.is_not(None),
+                measurements_t.c.step >= at_least_step,
             )
         ).first()
         is not None

@@ -147,6 +147,11 @@ def test_a_unit_must_be_told_with_its_checkpoint_and_cannot_be_added_by_hand(cli
         study.tell(t.number, 0.5)
     assert err.value.code == "checkpoint_required"
     assert study.trial(t.number).state == "running"
+    # A checkpoint reported before training (at from_step) is not the unit's end.
+    study.report(t.number, 0, {"accuracy": 0.1}, checkpoint="before-training")
+    with pytest.raises(InvalidRequest) as err:
+        study.tell(t.number, 0.5)
+    assert err.value.code == "checkpoint_required"
     study.report(t.number, 10, {"accuracy": 0.5}, checkpoint="saved-by-report")
     assert study.tell(t.number, 0.5).state == "completed"
     with pytest.raises(Conflict) as err2:
