@@ -71,15 +71,14 @@ of 4 problems; ``pom`` median EMD <= 0.8 x qLogNEHVI's on >= 3 of 4; ``pom`` sec
 
 Threads and time: the runs go to 2 worker processes (the machine has 2 cores) with one torch
 thread each, seed by seed (the runs of a seed, longest first, then the next seed), so every
-method's seconds per batch are measured beside one other run. (Until commit 95e613e the bench
+method's seconds per batch are measured beside one other run. (Until commit f7f1c42 the bench
 ran one run at a time with two torch threads; on this machine that cost a qLogNEHVI batch
-12.0 s on BraninCurrin, 3.3x the plan, and two-thread torch slows down badly beside any other
-process.) The plan estimates (``EST_S_PER_BATCH``) are the old idle two-thread ones scaled by
-what one measured BraninCurrin seed gave (POM x1.8, the BoTorch baselines x3.3); ``--plan``
-prints the plan. Deadline guard (``--budget-min``, default 88): a seed whose duration (the
-longest seed so far) would end past the budget is not started, nor a late qLogNParEGO run (its
-longest run on that problem so far); the output says what was left out. Run it on an otherwise
-idle machine.
+12.0 s on BraninCurrin, 3.3x its plan, and two-thread torch slows down badly beside any other
+process.) The plan estimates (``EST_S_PER_BATCH``) are POM's and qLogNEHVI's measured
+one-thread costs on seed 0 (qLogNParEGO assumed 1.5x qLogNEHVI); ``--plan`` prints the plan.
+Deadline guard (``--budget-min``, default 88): a seed whose duration (the longest seed so far)
+would end past the budget is not started, nor a late qLogNParEGO run (its longest run on that
+problem so far); the output says what was left out. Run it on an otherwise idle machine.
 
     .venv/bin/python bench/pom.py              # full: 4 problems x 5 seeds x 5 methods
     .venv/bin/python bench/pom.py --quick      # 1 seed; BraninCurrin, ZDT3 (4 batches each),
@@ -181,14 +180,14 @@ HV_WINS_SHARE = 0.75  # >= 3 of 4 problems
 EMD_RATIO_MAX = 0.8
 TIME_RATIO_MAX = 2.0
 
-# Plan estimates: seconds per batch (fit + acquisition) of one run, flat for any number of
-# batches (the acquisition optimization dominates at these sizes): the idle two-thread figures
-# of an earlier machine scaled by one measured BraninCurrin seed here (POM x1.8, BoTorch x3.3).
-# A one-thread worker beside another run is not measured yet: the plan is rough.
+# Plan estimates: seconds per batch (fit + acquisition) of one run, one torch thread beside
+# another run, flat for any number of batches (the acquisition optimization dominates at these
+# sizes): POM and qLogNEHVI measured on seed 0 here (commit 1f354b7, `--seeds 1 --methods
+# pom,qlognehvi`, 9.6 min); qLogNParEGO taken as 1.5 x qLogNEHVI.
 EST_S_PER_BATCH: dict[str, dict[str, float]] = {
-    "pom": {"branincurrin": 2.7, "dtlz2": 5.0, "zdt3": 5.0, "vehiclesafety": 10.4},
-    "qlognehvi": {"branincurrin": 12.0, "dtlz2": 17.5, "zdt3": 17.5, "vehiclesafety": 25.7},
-    "qlognparego": {"branincurrin": 18.5, "dtlz2": 26.1, "zdt3": 26.1, "vehiclesafety": 45.2},
+    "pom": {"branincurrin": 2.8, "dtlz2": 3.3, "zdt3": 2.8, "vehiclesafety": 7.9},
+    "qlognehvi": {"branincurrin": 12.0, "dtlz2": 8.8, "zdt3": 10.3, "vehiclesafety": 23.8},
+    "qlognparego": {"branincurrin": 18.0, "dtlz2": 13.2, "zdt3": 15.5, "vehiclesafety": 35.7},
     "sobol": {k: 0.001 for k in PROBLEMS},
     "nsga2": {k: 0.005 for k in PROBLEMS},
 }
