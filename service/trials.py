@@ -617,14 +617,26 @@ def _store_final_checkpoint(
             select(func.max(measurements_t.c.step)).where(measurements_t.c.trial_id == trial.id)
         ).scalar()
         step = 0 if last is None else int(last) + 1
+    _put_measurement(conn, trial.id, step, values, checkpoint, now)
+
+
+def _put_measurement(
+    conn: Connection,
+    trial_id: int,
+    step: int,
+    values: dict[str, float],
+    checkpoint: str | None,
+    now: datetime,
+) -> None:
+    """Store a measurement, replacing the one at the same step."""
     conn.execute(
         delete(measurements_t).where(
-            measurements_t.c.trial_id == trial.id, measurements_t.c.step == step
+            measurements_t.c.trial_id == trial_id, measurements_t.c.step == step
         )
     )
     conn.execute(
         insert(measurements_t).values(
-            trial_id=trial.id, step=step, values=values, checkpoint=checkpoint, created_at=now
+            trial_id=trial_id, step=step, values=values, checkpoint=checkpoint, created_at=now
         )
     )
 
@@ -662,20 +674,7 @@ def report(
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
         if bad:
             raise invalid("non_finite_value", f"reported value(s) {bad} are NaN or infinite")
-        conn.execute(
-            delete(measurements_t).where(
-                measurements_t.c.trial_id == trial.id, measurements_t.c.step == req.step
-            )
-        )
-        conn.execute(
-            insert(measurements_t).values(
-                trial_id=trial.id,
-                step=req.step,
-                values=req.values,
-                checkpoint=req.checkpoint,
-                created_at=now,
-            )
-        )
+        _put_measurement(conn, trial.id, req.step, req.values, req.checkpoint, now)
         if trial.state == "running":
             lease = _extended_lease(trial, spec, HeartbeatRequest(), now)
             conn.execute(

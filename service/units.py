@@ -63,7 +63,12 @@ def _checkpoint(measurements: list[Row]) -> str | None:
 
 def load_units(conn: Connection, study_id: int, spec: StudySpec) -> tuple[Unit, ...]:
     """Every unit of the study as the engine sees it, in trial-number order."""
-    trials, measurements = _unit_rows(conn, study_id)
+    return _units(*_unit_rows(conn, study_id), spec)
+
+
+def _units(
+    trials: list[Row], measurements: dict[int, list[Row]], spec: StudySpec
+) -> tuple[Unit, ...]:
     name, sign = spec.objective_names[0], float(spec.signs[0])
     units = []
     for t in trials:
@@ -86,8 +91,7 @@ def load_units(conn: Connection, study_id: int, spec: StudySpec) -> tuple[Unit, 
     return tuple(units)
 
 
-def _segments(conn: Connection, study_id: int) -> dict[int, Segment]:
-    trials, measurements = _unit_rows(conn, study_id)
+def _segments(trials: list[Row], measurements: dict[int, list[Row]]) -> dict[int, Segment]:
     return {
         t.number: Segment(
             trial=t.number,
@@ -103,18 +107,16 @@ def _segments(conn: Connection, study_id: int) -> dict[int, Segment]:
     }
 
 
-def _chain(segments: dict[int, Segment], starts: dict[int, int | None], number: int) -> Lineage:
+def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -> Lineage:
+    """Follow the ``start.trial`` of each unit back from ``number`` to a fresh start."""
+    segments = _segments(trials, measurements)
+    starts = {t.number: t.unit["start"].get("trial") for t in trials}
     chain: list[Segment] = []
     current: int | None = number
     while current is not None and current in segments and len(chain) <= len(segments):
         chain.append(segments[current])
         current = starts.get(current)
     return Lineage(trial=number, segments=chain[::-1])
-
-
-def _starts(conn: Connection, study_id: int) -> dict[int, int | None]:
-    rows = conn.execute(_UNIT_TRIALS, {"study_id": study_id}).all()
-    return {r.number: r.unit["start"].get("trial") for r in rows}
 
 
 def _not_scheduler(spec: StudySpec, study_id: int) -> ApiError:
@@ -133,10 +135,10 @@ def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage
         spec = store.spec(conn, study_id)
         if not spec.engine.schedules_units:
             raise _not_scheduler(spec, study_id)
-        segments = _segments(conn, study_id)
-        if number not in segments:
+        trials, measurements = _unit_rows(conn, study_id)
+        if number not in {t.number for t in trials}:
             raise not_found(f"unit trial {number} of study {study_id}")
-        return _chain(segments, _starts(conn, study_id), number)
+        return _chain(trials, measurements, number)
 
     return store.db.read(fn)
 
@@ -153,10 +155,11 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
         spec = store.spec(conn, study_id)
         if not spec.engine.schedules_units:
             raise _not_scheduler(spec, study_id)
-        best = best_unit(load_units(conn, study_id, spec))
+        trials, measurements = _unit_rows(conn, study_id)
+        best = best_unit(_units(trials, measurements, spec))
         if best is None:
             raise ApiError(404, "no_completed_unit", f"study {study_id} has no completed unit yet")
-        return _chain(_segments(conn, study_id), _starts(conn, study_id), best.number)
+        return _chain(trials, measurements, best.number)
 
     return store.db.read(fn)
 
@@ -173,7 +176,8 @@ def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPubli
         spec = store.spec(conn, study_id)
         if not spec.engine.schedules_units:
             raise _not_scheduler(spec, study_id)
-        units = load_units(conn, study_id, spec)
+        trials, measurements = _unit_rows(conn, study_id)
+        units = _units(trials, measurements, spec)
         state: dict[str, Any] = conn.execute(_ENGINE_STATE, {"study_id": study_id}).scalar_one()
         pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
         pinned |= {
@@ -190,7 +194,6 @@ def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPubli
             pinned.add(best.number)
         final = {u.number: u.checkpoint for u in units}
         pending = {u.number for u in units if u.state == "pending"}
-        trials, measurements = _unit_rows(conn, study_id)
         keep: list[CheckpointRef] = []
         release: list[CheckpointRef] = []
         for t in trials:
