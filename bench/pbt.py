@@ -57,11 +57,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pydantic import TypeAdapter
+
+from client.models import Parameter
 from client.models import Unit as UnitDocument
 from engines.base import History, Problem, Unit
 from engines.registry import make_engine
-from engines.space import FloatParam, IntParam, SearchSpace
+from engines.space import SearchSpace
 from examples.pbt_digits_worker import SEARCH_SPACE, Digits, DigitsTrainer
+from service.problem import to_param
 
 WORKERS = 2
 SEEDS = 3
@@ -78,13 +82,9 @@ def log(msg: str) -> None:
 
 
 def problem() -> Problem:
-    params: list[FloatParam | IntParam] = []
-    for p in SEARCH_SPACE:
-        if p["type"] == "float":
-            params.append(FloatParam(p["name"], p["low"], p["high"], p.get("log", False)))
-        else:
-            params.append(IntParam(p["name"], p["low"], p["high"], p.get("log", False)))
-    return Problem(SearchSpace(params))
+    """The worker example's search space, parsed as the service parses a study's."""
+    parameters = TypeAdapter(list[Parameter]).validate_python(SEARCH_SPACE)
+    return Problem(SearchSpace([to_param(p) for p in parameters]))
 
 
 @dataclasses.dataclass(frozen=True)
