@@ -3,8 +3,8 @@
 Depends on httpx and pydantic only, so a worker installs it without the server's numerics.
 """
 
-from client._async import AsyncClient, AsyncStudy
-from client._sync import Client, Study
+from client._async import AsyncClient, AsyncSampler, AsyncStudy
+from client._sync import Client, Sampler, Study
 from client.errors import (
     ApiError,
     AsktellError,
@@ -20,12 +20,14 @@ __all__ = [
     "ApiError",
     "AsktellError",
     "AsyncClient",
+    "AsyncSampler",
     "AsyncStudy",
     "Client",
     "ClientClosed",
     "Conflict",
     "InvalidRequest",
     "NotFound",
+    "Sampler",
     "Study",
     "TransportError",
     "Unavailable",

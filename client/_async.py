@@ -23,7 +23,7 @@ from client._base import (
     split_results,
     worker_name,
 )
-from client._sync import Result
+from client._sync import Result, _as_lists
 from client.errors import ClientClosed, TransportError
 from client.models import (
     AskRequest,
@@ -34,6 +34,11 @@ from client.models import (
     Lineage,
     MeasurementPublic,
     ReportRequest,
+    SamplerAsk,
+    SamplerCreate,
+    SamplerPublic,
+    SamplerStep,
+    SamplerTell,
     StudyCreate,
     StudyExport,
     StudyPublic,
@@ -129,6 +134,16 @@ class AsyncClient:
     ) -> AsyncStudy:
         export = StudyExport.model_validate(export)
         return AsyncStudy(self, await self.send(_calls.import_study(export, name)))
+
+    # --- samplers ---
+
+    async def create_sampler(self, dim: int, n_targets: int, **fields: Any) -> AsyncSampler:
+        """As ``Client.create_sampler``."""
+        spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
+        return AsyncSampler(self, await self.send(_calls.create_sampler(spec)))
+
+    async def get_sampler(self, sampler_id: int) -> AsyncSampler:
+        return AsyncSampler(self, await self.send(_calls.get_sampler(sampler_id)))
 
 
 class AsyncStudy:
@@ -335,3 +350,43 @@ class AsyncStudy:
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
+
+
+class AsyncSampler:
+    """As ``client.Sampler``, with coroutines; ``scores`` in ``run`` may be async."""
+
+    def __init__(self, client: AsyncClient, info: SamplerPublic) -> None:
+        self.client, self.info, self.id = client, info, info.id
+
+    def __repr__(self) -> str:
+        return f"AsyncSampler(id={self.id}, iteration={self.info.iteration})"
+
+    async def refresh(self) -> SamplerPublic:
+        self.info = await self.client.send(_calls.get_sampler(self.id))
+        return self.info
+
+    async def ask(self) -> SamplerAsk:
+        return await self.client.send(_calls.ask_sampler(self.id))
+
+    async def tell(self, iteration: int, grad_log_prob: Any, log_prob: Any = None) -> SamplerStep:
+        req = SamplerTell(
+            iteration=iteration,
+            grad_log_prob=_as_lists(grad_log_prob),
+            log_prob=None if log_prob is None else _as_lists(log_prob),
+        )
+        return await self.client.send(_calls.tell_sampler(self.id, req))
+
+    async def run(
+        self, scores: Callable[[list[list[float]]], Any], iterations: int
+    ) -> SamplerPublic:
+        for _ in range(iterations):
+            asked = await self.ask()
+            answer = scores(asked.X)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            grads, log_prob = answer if isinstance(answer, tuple) else (answer, None)
+            await self.tell(asked.iteration, grads, log_prob)
+        return await self.refresh()
+
+    async def delete(self) -> None:
+        await self.client.send(_calls.delete_sampler(self.id))

@@ -14,6 +14,11 @@ from client.models import (
     Lineage,
     MeasurementPublic,
     ReportRequest,
+    SamplerAsk,
+    SamplerCreate,
+    SamplerPublic,
+    SamplerStep,
+    SamplerTell,
     StudiesPage,
     StudyCreate,
     StudyExport,
@@ -123,6 +128,26 @@ def export_csv(study_id: int) -> Call[str]:
 def import_study(export: StudyExport, name: str | None) -> Call[StudyPublic]:
     params = {"name": name} if name else None
     return Call("POST", "/v1/studies/import", _study, json=body(export), params=params)
+
+
+def create_sampler(spec: SamplerCreate) -> Call[SamplerPublic]:
+    return Call("POST", "/v1/samplers", decoder(SamplerPublic), json=body(spec))
+
+
+def get_sampler(sampler_id: int) -> Call[SamplerPublic]:
+    return Call("GET", f"/v1/samplers/{sampler_id}", decoder(SamplerPublic))
+
+
+def ask_sampler(sampler_id: int) -> Call[SamplerAsk]:
+    return Call("POST", f"/v1/samplers/{sampler_id}/ask", decoder(SamplerAsk))
+
+
+def tell_sampler(sampler_id: int, req: SamplerTell) -> Call[SamplerStep]:
+    return Call("POST", f"/v1/samplers/{sampler_id}/tell", decoder(SamplerStep), json=body(req))
+
+
+def delete_sampler(sampler_id: int) -> Call[None]:
+    return Call("DELETE", f"/v1/samplers/{sampler_id}", no_content)
 
 
 def study_create(

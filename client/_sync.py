@@ -32,6 +32,11 @@ from client.models import (
     Lineage,
     MeasurementPublic,
     ReportRequest,
+    SamplerAsk,
+    SamplerCreate,
+    SamplerPublic,
+    SamplerStep,
+    SamplerTell,
     StudyCreate,
     StudyExport,
     StudyPublic,
@@ -146,6 +151,17 @@ class Client:
     def import_study(self, export: StudyExport | dict[str, Any], name: str | None = None) -> Study:
         export = StudyExport.model_validate(export)
         return Study(self, self.send(_calls.import_study(export, name)))
+
+    # --- samplers ---
+
+    def create_sampler(self, dim: int, n_targets: int, **fields: Any) -> Sampler:
+        """Create a multi-target sampler; ``fields`` are other ``SamplerCreate`` fields
+        (``n_particles``, ``algorithm``, ``kernel``, ``eta``, ``init``, ``bounds``, ``seed``...)."""
+        spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
+        return Sampler(self, self.send(_calls.create_sampler(spec)))
+
+    def get_sampler(self, sampler_id: int) -> Sampler:
+        return Sampler(self, self.send(_calls.get_sampler(sampler_id)))
 
 
 class Study:
@@ -383,6 +399,57 @@ class Study:
                 self.tell(trial.number, values, checkpoint=checkpoint)
             done += 1
         return done
+
+
+class Sampler:
+    """A multi-target sampler on the server; ``info`` is its state when last fetched.
+
+    Example (``scores(X)`` returns ``grad log pi_k`` at every particle, ``K x m x d``)::
+
+        sampler = client.create_sampler(dim=2, n_targets=4, n_particles=50, seed=0)
+        info = sampler.run(scores, iterations=500)
+        print(info.X, info.grad_norm_history[-1])
+    """
+
+    def __init__(self, client: Client, info: SamplerPublic) -> None:
+        self.client, self.info, self.id = client, info, info.id
+
+    def __repr__(self) -> str:
+        return f"Sampler(id={self.id}, iteration={self.info.iteration})"
+
+    def refresh(self) -> SamplerPublic:
+        self.info = self.client.send(_calls.get_sampler(self.id))
+        return self.info
+
+    def ask(self) -> SamplerAsk:
+        return self.client.send(_calls.ask_sampler(self.id))
+
+    def tell(self, iteration: int, grad_log_prob: Any, log_prob: Any = None) -> SamplerStep:
+        """Tell the scores at the positions of ``iteration`` (nested lists or arrays)."""
+        req = SamplerTell(
+            iteration=iteration,
+            grad_log_prob=_as_lists(grad_log_prob),
+            log_prob=None if log_prob is None else _as_lists(log_prob),
+        )
+        return self.client.send(_calls.tell_sampler(self.id, req))
+
+    def run(self, scores: Callable[[list[list[float]]], Any], iterations: int) -> SamplerPublic:
+        """``iterations`` rounds of ask, ``scores(X)``, tell; ``scores`` returns the gradients
+        ``K x m x d``, or ``(gradients, log_prob)`` with ``log_prob`` ``K x m``."""
+        for _ in range(iterations):
+            asked = self.ask()
+            answer = scores(asked.X)
+            grads, log_prob = answer if isinstance(answer, tuple) else (answer, None)
+            self.tell(asked.iteration, grads, log_prob)
+        return self.refresh()
+
+    def delete(self) -> None:
+        self.client.send(_calls.delete_sampler(self.id))
+
+
+def _as_lists(value: Any) -> Any:
+    """Arrays (anything with ``tolist``) as nested lists; lists as they are."""
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 class _Heartbeat:

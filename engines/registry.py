@@ -21,6 +21,7 @@ _ENGINES: dict[str, str] = {
     "lcbo": "engines.lcbo:LCBOEngine",
     "pbt": "engines.pbt:PBTEngine",
     "ipbt": "engines.ipbt:IPBTEngine",
+    "mwgd": "engines.mwgd:MWGDEngine",
 }
 
 

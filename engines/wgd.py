@@ -19,6 +19,11 @@ recomputed every step. Objective weights: the min-norm point of the convex hull 
 Delta_l(x_i)>``: closed form for ``K = 2``, Frank-Wolfe with exact line search beyond, then an
 exact solve on the face it found (ours: Frank-Wolfe alone converges only as 1/t there).
 Common direction ``D(x_i) = sum_k w_k Delta_k(x_i)``; ``GradNorm = (1/m) sum_i |D(x_i)|^2``.
+Per-particle weights (ours, for the ``mwgd`` study engine, in the spirit of MOO-SVGD
+[Liu2021]): each particle solves its own problem, ``Q^(i)_kl = <Delta_k(x_i), Delta_l(x_i)>``,
+so particles at different places of a Pareto set take different compromises instead of all
+following one global scalarization; solved exactly for all particles at once by trying every
+face of the simplex (``K <= 6``).
 
 - MWGraD [Nguyen2025]: ``x <- x - eta D``.
 - A-MWGraD [Nguyen2026], Nesterov-style damped particle dynamics::
@@ -39,10 +44,13 @@ References:
     [Carrillo2019] J. A. Carrillo, K. Craig, F. S. Patacchini. A blob method for diffusion.
         Calc. Var. PDE 58, 2019.
     [Wang2022] Y. Wang, W. Li. Accelerated information gradient flow. J. Sci. Comput. 90, 2022.
+    [Liu2021] X. Liu, X. Tong, Q. Liu. Profiling Pareto front with multi-objective Stein
+        variational gradient descent. NeurIPS 2021.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -52,10 +60,13 @@ import numpy as np
 
 Kernel = Literal["svgd", "blob"]
 Schedule = Literal["convex", "strongly_convex"]
+Weighting = Literal["shared", "per_particle"]
 
 #: Frank-Wolfe iterations of the min-norm solver (K > 2) and its stopping gap.
 FW_ITERATIONS = 250
 FW_TOL = 1e-12
+#: The per-particle solver tries every face of the simplex up to this many targets.
+MAX_ENUMERATED_TARGETS = 6
 
 
 def median_bandwidth(X: np.ndarray) -> float:
@@ -131,6 +142,42 @@ def min_norm_weights(Q: np.ndarray, w0: np.ndarray | None = None) -> np.ndarray:
     return polished if polished is not None and polished @ Q @ polished <= w @ Q @ w else w
 
 
+def min_norm_weights_per_particle(Delta: np.ndarray) -> np.ndarray:
+    """Per-particle min-norm weights for ``Delta: (K, m, d)``: row ``i`` of the ``(m, K)``
+    result minimizes ``|sum_k w_k Delta_k(x_i)|^2`` over the simplex.
+
+    Exact: for ``K <= MAX_ENUMERATED_TARGETS`` every face of the simplex is tried at once for
+    all particles (the KKT system of each support, batched), keeping the best feasible one;
+    beyond, each particle runs ``min_norm_weights``.
+    """
+    n_targets, m = Delta.shape[:2]
+    if n_targets == 1:
+        return np.ones((m, 1))
+    Q = np.einsum("kid,lid->ikl", Delta, Delta)  # (m, K, K)
+    if n_targets > MAX_ENUMERATED_TARGETS:
+        return np.stack([min_norm_weights(Q[i]) for i in range(m)])
+    best_w = np.zeros((m, n_targets))
+    best_value = np.full(m, np.inf)
+    for size in range(1, n_targets + 1):
+        for support in itertools.combinations(range(n_targets), size):
+            idx = list(support)
+            A = np.zeros((m, size + 1, size + 1))
+            A[:, :size, :size] = 2.0 * Q[:, idx][:, :, idx]
+            A[:, :size, size] = A[:, size, :size] = 1.0
+            b = np.zeros(size + 1)
+            b[size] = 1.0
+            sol = np.einsum("mij,j->mi", np.linalg.pinv(A), b)[:, :size]
+            w = np.zeros((m, n_targets))
+            w[:, idx] = np.clip(sol, 0.0, None)
+            total = w.sum(axis=1)
+            feasible = np.all(sol >= -1e-12, axis=1) & (total > 0)
+            w /= np.where(total > 0, total, 1.0)[:, None]
+            value = np.einsum("mk,mkl,ml->m", w, Q, w)
+            better = feasible & (value < best_value)
+            best_w[better], best_value[better] = w[better], value[better]
+    return best_w
+
+
 def _solve_on_support(Q: np.ndarray, face: np.ndarray) -> np.ndarray | None:
     """The exact minimizer on the face of the simplex that Frank-Wolfe found (which converges
     only as 1/t inside a face): solve the KKT system of ``min w^T Q w, sum w = 1`` on the
@@ -173,9 +220,21 @@ class Particles:
         X = np.asarray(X, dtype=np.float64)
         return cls(X.copy(), np.zeros_like(X))
 
+    def clamped(self, low: float, high: float) -> Particles:
+        """The particles kept in the box ``[low, high]^d``: one that left it is put back on
+        the bound and its velocity zeroed (a reflection that keeps no momentum)."""
+        out = np.any((self.X < low) | (self.X > high), axis=1)  # noqa: SIM300
+        if not out.any():
+            return self
+        V = self.V.copy()
+        V[out] = 0.0
+        return replace(self, X=np.clip(self.X, low, high), V=V)
+
 
 @dataclass(frozen=True)
 class StepInfo:
+    """``weights``: ``(K,)`` shared, or ``(m, K)`` per particle."""
+
     weights: np.ndarray
     grad_norm: float
     bandwidth: float
@@ -192,14 +251,19 @@ def step(
     beta: float = 1.0,
     restart: bool = True,
     bandwidth: float | None = None,
+    weighting: Weighting = "shared",
 ) -> tuple[Particles, StepInfo]:
     """One step of A-MWGraD (``accelerated``) or MWGraD, given ``grad_f: (K, m, d)``, the
     gradients of ``f_k = -log pi_k`` at ``particles.X``."""
     X, V = particles.X, particles.V
     h = median_bandwidth(X) if bandwidth is None else bandwidth
     Delta = wasserstein_gradients(X, np.asarray(grad_f, dtype=np.float64), kernel, h)
-    w = min_norm_weights(gram(Delta), particles.w)
-    D = np.einsum("k,kmd->md", w, Delta)
+    if weighting == "per_particle":
+        w = min_norm_weights_per_particle(Delta)
+        D = np.einsum("mk,kmd->md", w, Delta)
+    else:
+        w = min_norm_weights(gram(Delta), particles.w)
+        D = np.einsum("k,kmd->md", w, Delta)
     grad_norm = float(np.mean(np.sum(D * D, axis=1)))
     if not accelerated:
         moved = replace(particles, X=X - eta * D, w=w)

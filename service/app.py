@@ -17,7 +17,7 @@ from service.db.migrate import check_current, upgrade
 from service.db.session import Database
 from service.errors import ApiError
 from service.reaper import Reaper
-from service.routers import health, studies, trials
+from service.routers import health, samplers, studies, trials
 from service.settings import Settings, get_settings
 from service.store import Store
 
@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(studies.router)
     app.include_router(trials.router)
+    app.include_router(samplers.router)
     _install_errors(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # type: ignore[arg-type]
     return app

@@ -66,7 +66,9 @@ def pg_url(pg_server_url: str) -> str:
     engine = create_engine(Settings(database_url=pg_server_url).database_url)
     upgrade(engine)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE measurements, trials, studies, idempotency_keys CASCADE"))
+        conn.execute(
+            text("TRUNCATE measurements, trials, studies, samplers, idempotency_keys CASCADE")
+        )
     engine.dispose()
     return pg_server_url
 

@@ -152,6 +152,26 @@ class Measurement(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class Sampler(Base):
+    """A multi-target particle sampler (``client.models.SamplerCreate``), driven by ask/tell."""
+
+    __tablename__ = "samplers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    #: The ``SamplerCreate`` body as JSON.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    #: Steps told so far; a tell names the iteration it answers.
+    iteration: Mapped[int] = mapped_column(Integer)
+    #: ``{"X", "V": m x d lists, "n": momentum counter, "w": last weights or null}``.
+    particles: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: ``{"grad_norm": [...], "mean_nll": [...], "restarts": int}``, one entry per step.
+    history: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class IdempotencyKey(Base):
     """The stored response of a POST sent with an ``Idempotency-Key`` header."""
 

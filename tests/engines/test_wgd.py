@@ -13,6 +13,7 @@ from engines.wgd import (
     gram,
     median_bandwidth,
     min_norm_weights,
+    min_norm_weights_per_particle,
     run,
     step,
     svgd_gradient,
@@ -42,6 +43,29 @@ def test_min_norm_weights_match_a_brute_force_search_on_the_simplex(k, n):
 def test_min_norm_weights_pick_the_shorter_gradient_when_one_dominates():
     Q = np.array([[1.0, 2.0], [2.0, 9.0]])  # <g1, g2> >= |g1|^2: w = (1, 0)
     np.testing.assert_allclose(min_norm_weights(Q), [1.0, 0.0])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 7])
+def test_per_particle_weights_solve_each_particles_own_min_norm_problem(k):
+    rng = np.random.default_rng(10 + k)
+    Delta = rng.standard_normal((k, 6, 3))
+    W = min_norm_weights_per_particle(Delta)
+    assert W.shape == (6, k)
+    assert np.all(W >= 0) and np.allclose(W.sum(axis=1), 1.0)
+    for i in range(6):
+        Q = Delta[:, i, :] @ Delta[:, i, :].T
+        best = min_norm_weights(Q)
+        assert W[i] @ Q @ W[i] <= best @ Q @ best + 1e-12
+        assert np.all(Q @ W[i] >= W[i] @ Q @ W[i] - 1e-9)  # KKT: no vertex descends
+
+
+def test_per_particle_weights_differ_where_the_gradients_do():
+    # Particle 0 sits where objective 1 is flat (weight goes to it), particle 1 the reverse.
+    Delta = np.zeros((2, 2, 2))
+    Delta[0] = [[1.0, 0.0], [0.0, 0.0]]
+    Delta[1] = [[0.0, 0.0], [0.0, 1.0]]
+    W = min_norm_weights_per_particle(Delta)
+    np.testing.assert_allclose(W, [[0.0, 1.0], [1.0, 0.0]])
 
 
 def _direct(X, grad_f, h, kind):

@@ -269,7 +269,7 @@ def pg_migrated_url(pg_server_url: str) -> str:
 
 def truncate_pg(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE measurements, trials, studies, idempotency_keys CASCADE")
+        conn.execute("TRUNCATE measurements, trials, studies, samplers, idempotency_keys CASCADE")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

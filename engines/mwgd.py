@@ -1,0 +1,431 @@
+"""The ``mwgd`` engine: batch multi-objective BO by accelerated multiple Wasserstein gradient
+descent on the surrogates' posteriors.
+
+Method. A-MWGraD [Nguyen2026] moves a set of particles so that their distribution decreases
+``K`` objectives over distributions at once, ``F_k(rho) = KL(rho || pi_k)``; ``engines.wgd``
+has the dynamics and their equations. This engine (research notes B4; the design is ours,
+the paper has no black-box engine) makes one target per objective out of its GP posterior and
+lets the particles settle where every objective is good, spread along the Pareto set by the
+kernel's repulsion, then asks the best ``q`` of them.
+
+Model. Until ``n_initial`` trials (default ``2 (d + 1)``, completed and pending) exist, points
+come from the study's Sobol stream, as in ``engines.gp``. Then each objective and outcome
+constraint gets an exact GP (``SingleTaskGP``, standardized outcomes, Matern-5/2 ARD; the same
+fit as ``engines.gp``). With ``mu_k``, ``s_k`` the posterior mean and standard deviation of
+objective ``k`` in the minimization orientation and ``c_k``, ``sd_k`` the mean and spread of
+its observations, the targets on the unit cube are::
+
+    log pi_k(x) = -(mu_k(x) - c_k - kappa s_k(x)) / (sd_k T) + sum_j log Phi(-mu_j(x) / s_j(x))
+
+(``kappa``: optimism, default 1; ``T``: temperature, default 0.1; the sum runs over the outcome
+constraints, feasible when ``<= 0``: the log probability of feasibility). The particles live in
+``z = logit(x)``, so the box needs no projection; the change of variables adds the log-Jacobian
+``sum_i log x_i (1 - x_i)`` to every target (a uniform prior on the cube). Gradients by
+autograd through the posteriors.
+
+Particles. ``n_particles`` (default ``max(64, 4 q)``): the last ask's particles kept in the
+state (up to half), the observed non-dominated points jittered by 0.02 (up to a quarter) and
+Sobol points for the rest. ``steps`` A-MWGraD steps (default 150, ``eta`` 0.01 in z,
+SVGD kernel with the median bandwidth, convex momentum schedule with adaptive restart) with
+per-particle weights (``engines.wgd``, ours after MOO-SVGD): a shared weight vector would pull
+every particle to the same compromise (research notes B4, pitfalls). A particle that leaves
+``|z| <= 8`` (``x`` within 3e-4 of a face) is put back on that bound and its velocity zeroed.
+
+Batch. The candidates are the final particles (snapped to the parameter grid) whose
+optimistic values ``mu_k - kappa s_k`` no other particle dominates, among those with a
+probability of feasibility of at least 1/2 when any has. The batch is picked greedily by the
+hypervolume improvement of the optimistic values over the observed feasible front plus the
+pending trials' and the picked points' optimistic values, so pending trials count as already
+chosen (ours: no fantasy model). Candidates within 1e-3 of an observed, pending or picked
+point are skipped. When no candidate improves the hypervolume, the rest of the batch are the
+candidates (then any particles) of largest total standardized posterior deviation, far from
+what is chosen. Every model ask records the final GradNorm, the restarts and the mean weights
+in the details and in the state.
+
+Edge cases: a fit or posterior that fails numerically falls back to Sobol points with the
+reason in their details, as does a point equal (after snapping) to an observed, pending or
+failed one. Categorical coordinates are ordinal in the GPs and relaxed to the continuum for
+the particles, then snapped.
+
+References:
+    [Nguyen2026] H. Nguyen et al. Accelerated Multiple Wasserstein Gradient Flows for
+        Multi-objective Distributional Optimization. ICML 2026 (arXiv:2601.19220).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+import torch
+from botorch.exceptions.errors import BotorchError
+from botorch.models import SingleTaskGP
+
+from engines import wgd
+from engines.base import JSON, History, Problem, Proposal, check_option_ranges
+from engines.gp import (
+    _NUMERICAL_ERRORS,
+    _fit_gp,
+    _reference_point,
+    _replace_duplicates,
+    _seeded,
+    _training_data,
+    _unfilled,
+)
+from engines.metrics import hypervolume, non_dominated
+from engines.quasirandom import SobolStream, sobol_points
+
+_STATE_VERSION = 1
+#: Particles in z = logit(x) stay within this bound (x within 3.4e-4 of a face).
+_Z_BOUND = 8.0
+#: Standard deviation of the jitter of observed non-dominated points that seed particles.
+_JITTER = 0.02
+#: Least distance (unit cube) of a batch point to an observed, pending or picked point.
+_MIN_DISTANCE = 1e-3
+
+
+@dataclass
+class MWGDEngine:
+    """Batch multi-objective BO by A-MWGraD on the GP posteriors; see the module docstring.
+
+    Options:
+        n_initial: Sobol points (completed plus pending trials) before the model is used;
+            ``None`` means ``2 (d + 1)``.
+        n_particles: particles per ask; ``None`` means ``max(64, 4 q)``.
+        steps: particle steps per ask.
+        eta: the step size (in ``z = logit(x)``).
+        kernel: ``svgd`` or ``blob`` estimates of the Wasserstein gradients.
+        accelerated: A-MWGraD (momentum with adaptive restart), or MWGraD when false.
+        weighting: ``per_particle`` min-norm weights, or one ``shared`` weight vector.
+        kappa: optimism, the posterior deviations subtracted from the means.
+        temperature: ``T``, on the standardized scale of each objective.
+    """
+
+    name: ClassVar[str] = "mwgd"
+    uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = None
+    schedules_units: ClassVar[bool] = False
+
+    n_initial: int | None = None
+    n_particles: int | None = None
+    steps: int = 150
+    eta: float = 0.01
+    kernel: Literal["svgd", "blob"] = "svgd"
+    accelerated: bool = True
+    weighting: Literal["per_particle", "shared"] = "per_particle"
+    kappa: float = 1.0
+    temperature: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_option_ranges(
+            [
+                ("n_initial", self.n_initial, 1, 10_000, True),
+                ("n_particles", self.n_particles, 2, 4_096, True),
+                ("steps", self.steps, 0, 10_000, False),
+            ]
+        )
+        for label, value, low, high in [
+            ("eta", self.eta, 1e-8, 10.0),
+            ("kappa", self.kappa, 0.0, 10.0),
+            ("temperature", self.temperature, 1e-4, 100.0),
+        ]:
+            if not (math.isfinite(value) and low <= value <= high):
+                raise ValueError(f"{label} must be between {low} and {high}, got {value}")
+
+    def suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        space, d = problem.space, problem.d
+        stream = SobolStream.resume(d, state, rng)
+        last = dict(state["last"]) if isinstance(state.get("last"), dict) else None
+        particles = _stored_particles(state, d)
+
+        n_initial = self.n_initial if self.n_initial is not None else 2 * (d + 1)
+        n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
+        if d == 0:  # only fixed parameters: every point is the same empty point
+            n_sobol = count
+        taken = np.vstack([history.X, history.X_pending])
+        X = space.snap(sobol_points(problem, taken, n_sobol, stream))
+        details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
+        if count > n_sobol:
+            X_pending = np.vstack([history.X_pending, X])
+            X_model, model_details, summary, moved = self._model_points(
+                problem, history, X_pending, count - n_sobol, particles, stream, rng
+            )
+            X = np.vstack([X, X_model])
+            details += model_details
+            last = summary or last
+            particles = moved if moved is not None else particles
+        if d:
+            X = _replace_duplicates(problem, history, X, details, stream, rng)
+        new_state = {
+            "version": _STATE_VERSION,
+            "seed": stream.seed,
+            "index": stream.index,
+            "particles": particles.tolist(),
+            "last": last,
+        }
+        return Proposal(X=X.reshape(count, d), state=new_state, details=details)
+
+    def _model_points(
+        self,
+        problem: Problem,
+        history: History,
+        X_pending: np.ndarray,
+        count: int,
+        previous: np.ndarray,
+        stream: SobolStream,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, list[JSON], JSON | None, np.ndarray | None]:
+        """``count`` snapped points ``(count, d)``, their details, the ask's summary and the
+        final particles ``(n, d)``; NaN rows (with a ``fallback`` reason) where the model gives
+        no point."""
+        m, d = problem.n_objectives, problem.d
+        data = _training_data(problem, history)
+        if isinstance(data, str):
+            return (*_unfilled(d, count, data), None, None)
+        X_train, targets = data
+        feasible = np.all(targets[:, m:] <= 0.0, axis=1)
+        Y_front = -targets[feasible][:, :m]
+        Y_front = Y_front[non_dominated(Y_front)] if len(Y_front) else np.zeros((0, m))
+        front = X_train[feasible][non_dominated(-targets[feasible][:, :m])]
+        n_particles = self.n_particles or max(64, 4 * count)
+        X0 = _initial_particles(previous, front, n_particles, stream, rng)
+        try:
+            with _seeded(int(rng.integers(2**31)), False):
+                models = [_fit_gp(torch.as_tensor(X_train), targets[:, i], []) for i in range(m)]
+                constraints = [
+                    _fit_gp(torch.as_tensor(X_train), targets[:, m + j], [])
+                    for j in range(problem.n_constraints)
+                ]
+                posterior = Posterior(models, constraints, -targets[:, :m], self.kappa)
+                X_final, infos = self._move(posterior, X0)
+                candidates = problem.space.snap(X_final)
+                optimistic, deviation, log_pof = posterior.values(candidates)
+        except _NUMERICAL_ERRORS as exc:
+            return (*_unfilled(d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), None, None)
+
+        ref = -_reference_point(problem, targets).numpy() if m > 1 else None
+        blocked = np.vstack([X_train, X_pending])
+        believed = posterior.values(X_pending)[0] if len(X_pending) else np.zeros((0, m))
+        chosen, gains = select_batch(
+            candidates,
+            optimistic,
+            deviation,
+            log_pof,
+            np.vstack([Y_front, believed]),
+            ref,
+            blocked,
+            count,
+        )
+        X_new = np.full((count, d), np.nan)
+        X_new[: len(chosen)] = candidates[chosen]
+        # The objectives' weights, averaged over the particles and the last 10 steps.
+        weights = (
+            np.mean([np.atleast_2d(info.weights).mean(axis=0) for info in infos[-10:]], axis=0)
+            if infos
+            else None
+        )
+        summary: JSON = {
+            "n_observations": len(X_train),
+            "n_particles": n_particles,
+            "steps": len(infos),
+            "grad_norm_first": infos[0].grad_norm if infos else None,
+            "grad_norm_last": infos[-1].grad_norm if infos else None,
+            "restarts": sum(info.restarted for info in infos),
+            "mean_weights": None if weights is None else [float(w) for w in weights],
+        }
+        details: list[JSON] = [
+            {"source": "mwgd", "hvi": gain, "mwgd": dict(summary)} for gain in gains
+        ]
+        reason = "fewer distinct particles than asked"
+        details += [{"source": "sobol", "fallback": reason} for _ in range(count - len(chosen))]
+        return X_new, details, summary, X_final
+
+    def _move(self, posterior: Posterior, X0: np.ndarray) -> tuple[np.ndarray, list[wgd.StepInfo]]:
+        """Run the particle dynamics from ``X0: (n, d)`` in the cube; the final positions and
+        the information of every step."""
+        particles = wgd.Particles.at(_logit(X0))
+        infos = []
+        for _ in range(self.steps):
+            grad = posterior.potential_gradients(particles.X, self.temperature)
+            particles, info = wgd.step(
+                particles,
+                grad,
+                self.eta,
+                accelerated=self.accelerated,
+                kernel=self.kernel,
+                weighting=self.weighting,
+            )
+            if not np.all(np.isfinite(particles.X)):
+                raise BotorchError("the particles left the finite numbers")
+            particles = particles.clamped(-_Z_BOUND, _Z_BOUND)
+            infos.append(info)
+        return _sigmoid(particles.X), infos
+
+
+class Posterior:
+    """The GP posteriors as the particles' targets (minimization), with the outcome
+    constraints' probability of feasibility.
+
+    ``models``: one per objective, fitted on ``-Y``; ``constraints``: one per constraint;
+    ``Y: (n, m)`` the observed objectives (minimization) for the centres and spreads.
+    """
+
+    def __init__(
+        self,
+        models: list[SingleTaskGP],
+        constraints: list[SingleTaskGP],
+        Y: np.ndarray,
+        kappa: float,
+    ) -> None:
+        self.models, self.constraints, self.kappa = models, constraints, kappa
+        self.centre = Y.mean(axis=0)
+        self.spread = np.maximum(Y.std(axis=0), 1e-9)
+
+    def _moments(self, model: SingleTaskGP, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        post = model.posterior(X.unsqueeze(-2))
+        return post.mean[..., 0, 0], post.variance[..., 0, 0].clamp_min(1e-12).sqrt()
+
+    def _log_feasibility(self, X: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros(X.shape[0], dtype=X.dtype)
+        for model in self.constraints:
+            mean, sd = self._moments(model, X)
+            total = total + torch.special.log_ndtr(-mean / sd)
+        return total
+
+    def potential_gradients(self, Z: np.ndarray, temperature: float) -> np.ndarray:
+        """``grad_z f_k`` at ``Z: (n, d)`` (z = logit(x)), ``f_k = -log pi_k`` in z
+        (including the log-Jacobian); ``(K, n, d)``."""
+        Zt = torch.as_tensor(Z, dtype=torch.float64).requires_grad_(True)
+        X = torch.sigmoid(Zt)
+        shared = -self._log_feasibility(X) - torch.log(X * (1.0 - X)).sum(dim=-1)
+        grads = []
+        for k, model in enumerate(self.models):
+            mean, sd = self._moments(model, X)
+            standardized = (-mean - self.centre[k] - self.kappa * sd) / self.spread[k]
+            f = standardized / temperature + shared
+            (g,) = torch.autograd.grad(f.sum(), Zt, retain_graph=k < len(self.models) - 1)
+            grads.append(g.numpy())
+        return np.stack(grads)
+
+    def values(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """At ``X: (n, d)`` in the cube: the optimistic values ``mu - kappa s`` ``(n, K)``
+        (minimization), the total standardized deviation ``(n,)`` and the log probability of
+        feasibility ``(n,)``."""
+        Xt = torch.as_tensor(X, dtype=torch.float64)
+        with torch.no_grad():
+            moments = [self._moments(model, Xt) for model in self.models]
+            log_pof = self._log_feasibility(Xt).numpy()
+        optimistic = np.stack([(-mu - self.kappa * sd).numpy() for mu, sd in moments], axis=1)
+        deviation = np.sum(
+            [sd.numpy() / s for (_, sd), s in zip(moments, self.spread, strict=True)], axis=0
+        )
+        return optimistic, deviation, log_pof
+
+
+def select_batch(
+    candidates: np.ndarray,
+    optimistic: np.ndarray,
+    deviation: np.ndarray,
+    log_pof: np.ndarray,
+    front: np.ndarray,
+    ref: np.ndarray | None,
+    blocked: np.ndarray,
+    count: int,
+) -> tuple[list[int], list[float]]:
+    """Greedy batch of at most ``count`` distinct candidate indices and their hypervolume
+    improvements.
+
+    ``candidates: (n, d)`` snapped; ``optimistic: (n, m)`` their optimistic values
+    (minimization); ``deviation``, ``log_pof`` (log probability of feasibility): ``(n,)``;
+    ``front: (f, m)`` the values the batch adds to (observed front and pending trials);
+    ``ref``: the reference point ``(m,)``, or ``None`` for one objective, where the
+    improvement is over the best of ``front``; ``blocked: (b, d)`` points a batch point keeps
+    ``_MIN_DISTANCE`` from.
+    """
+    likely = log_pof >= math.log(0.5)
+    eligible = likely if likely.any() else log_pof >= log_pof.max()
+    pool = np.flatnonzero(eligible)
+    pool = pool[non_dominated(optimistic[pool])]
+    chosen: list[int] = []
+    gains: list[float] = []
+    values = front.copy()
+    near = blocked.copy()
+    for _ in range(count):
+        open_ = [i for i in pool if i not in chosen and _far(candidates[i], near)]
+        base = _quality(values, ref)
+        gain = np.array([_quality(np.vstack([values, optimistic[i]]), ref) - base for i in open_])
+        if len(open_) and gain.max() > 0.0:
+            pick, best = open_[int(np.argmax(gain))], float(gain.max())
+        else:  # nothing improves: explore where the models know least
+            rest = [
+                i for i in range(len(candidates)) if i not in chosen and _far(candidates[i], near)
+            ]
+            if not rest:
+                break
+            pick, best = max(rest, key=lambda i: (deviation[i], _nearest(candidates[i], near))), 0.0
+        chosen.append(pick)
+        gains.append(best)
+        values = np.vstack([values, optimistic[pick]])
+        near = np.vstack([near, candidates[pick]])
+    return chosen, gains
+
+
+def _quality(Y: np.ndarray, ref: np.ndarray | None) -> float:
+    """Hypervolume against ``ref``; for one objective, minus the best value."""
+    if ref is None:
+        return -float(Y.min()) if len(Y) else -math.inf
+    return hypervolume(Y, ref) if len(Y) else 0.0
+
+
+def _nearest(x: np.ndarray, others: np.ndarray) -> float:
+    return float(np.min(np.linalg.norm(others - x, axis=1))) if len(others) else math.inf
+
+
+def _far(x: np.ndarray, others: np.ndarray) -> bool:
+    return _nearest(x, others) >= _MIN_DISTANCE
+
+
+def _initial_particles(
+    previous: np.ndarray,
+    front: np.ndarray,
+    n: int,
+    stream: SobolStream,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``(n, d)`` starting positions: up to ``n/2`` of the last ask's particles, up to ``n/4``
+    jittered observed non-dominated points, Sobol points for the rest."""
+    kept = previous[rng.permutation(len(previous))[: n // 2]]
+    n_front = min(n // 4, n - len(kept), len(front))
+    centres = front[rng.integers(len(front), size=n_front)] if len(front) else front
+    jittered = np.clip(centres + _JITTER * rng.standard_normal(centres.shape), 0.0, 1.0)
+    rest = stream.draw(n - len(kept) - len(jittered))
+    return np.vstack([kept, jittered, rest])
+
+
+def _stored_particles(state: JSON, d: int) -> np.ndarray:
+    """The particles the state kept, ``(n, d)``; none when the state has no valid set."""
+    try:
+        X = np.asarray(state.get("particles", []), dtype=np.float64).reshape(-1, d)
+    except (TypeError, ValueError):
+        return np.zeros((0, d))
+    if d == 0 or not np.all(np.isfinite(X)) or X.min(initial=0.0) < 0 or X.max(initial=0.0) > 1:
+        return np.zeros((0, d))
+    return X
+
+
+def _logit(X: np.ndarray) -> np.ndarray:
+    P = np.clip(X, 1e-4, 1.0 - 1e-4)
+    return np.log(P) - np.log1p(-P)
+
+
+def _sigmoid(Z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-Z))

@@ -1,0 +1,252 @@
+"""Samplers: multi-target particle sampling by A-MWGraD or MWGraD over ask/tell.
+
+The targets live with the client: it asks for the particles' positions, evaluates the scores
+``grad log pi_k`` there and tells them; the server turns them into Wasserstein gradients, the
+min-norm weights and the (accelerated) step of ``engines.wgd``, and keeps the particles, their
+velocities and the history of every step in the database. A tell names the iteration it
+answers, so two clients cannot apply a step twice or to positions they did not see.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection, Row
+
+from client.models import SamplerAsk, SamplerCreate, SamplerPublic, SamplerStep, SamplerTell
+from engines import wgd
+from service.db.models import Sampler
+from service.errors import conflict, invalid, not_found
+from service.idempotency import IdemKey
+from service.store import Answer, Store, utcnow
+
+samplers_t = Sampler.__table__
+
+#: The most numbers a tell carries (``n_targets x n_particles x dim``): a tell of this size is
+#: about 2-5 MB of JSON, so the server's body limit may need raising before this one binds.
+MAX_TELL_NUMBERS = 1_000_000
+
+
+def create_sampler(
+    store: Store, tenant_id: int, body: SamplerCreate, idem: IdemKey | None
+) -> Answer:
+    """Raises: ApiError 422 ``invalid_sampler`` (init or bounds that do not fit)."""
+    X = _initial_positions(body)
+    seed = body.seed if body.seed is not None else secrets.randbits(62)
+    if body.init.kind == "gaussian":
+        rng = np.random.default_rng(seed)
+        X = X + body.init.scale * rng.standard_normal(X.shape)
+        if body.bounds is not None:
+            X = np.clip(X, *body.bounds)
+
+    def run(conn: Connection) -> tuple[int, SamplerPublic]:
+        now = utcnow()
+        values = {
+            "tenant_id": tenant_id,
+            "config": body.model_dump(mode="json", exclude={"seed"}),
+            "seed": seed,
+            "iteration": 0,
+            "particles": _particles_json(wgd.Particles.at(X)),
+            "history": {"grad_norm": [], "mean_nll": [], "restarts": 0},
+            "created_at": now,
+            "updated_at": now,
+        }
+        sampler_id = conn.execute(insert(samplers_t).values(**values)).inserted_primary_key
+        row = _row(conn, tenant_id, int(sampler_id[0]))
+        return 201, sampler_public(row)
+
+    return store.write(tenant_id, idem, run)
+
+
+def get_sampler(store: Store, tenant_id: int, sampler_id: int) -> SamplerPublic:
+    return store.db.read(lambda conn: sampler_public(_row(conn, tenant_id, sampler_id)))
+
+
+def ask_sampler(store: Store, tenant_id: int, sampler_id: int) -> SamplerAsk:
+    """The positions where the next tell's scores are wanted; changes nothing."""
+    row = store.db.read(lambda conn: _row(conn, tenant_id, sampler_id))
+    return SamplerAsk(iteration=row.iteration, X=row.particles["X"])
+
+
+def tell_sampler(
+    store: Store, tenant_id: int, sampler_id: int, body: SamplerTell, idem: IdemKey | None
+) -> Answer:
+    """Apply one step with the told scores.
+
+    Raises: ApiError 404; 409 ``stale_iteration`` (the tell answers another iteration than the
+    sampler's); 422 ``shape_mismatch``, ``non_finite_gradient``, ``non_finite_log_prob``, or
+    ``step_not_finite`` (the step overflowed: nothing is stored).
+    """
+
+    def run(conn: Connection) -> tuple[int, SamplerStep]:
+        row = _row(conn, tenant_id, sampler_id, lock=True)
+        if body.iteration != row.iteration:
+            raise conflict(
+                "stale_iteration",
+                f"the tell answers iteration {body.iteration} but sampler {sampler_id} is at "
+                f"iteration {row.iteration}; ask for the current positions",
+                iteration=row.iteration,
+            )
+        config = SamplerCreate.model_validate(row.config)
+        shape = (config.n_targets, config.n_particles, config.dim)
+        grad = _array(body.grad_log_prob, shape, "grad_log_prob", "non_finite_gradient")
+        log_prob = (
+            None
+            if body.log_prob is None
+            else _array(body.log_prob, shape[:2], "log_prob", "non_finite_log_prob")
+        )
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
+            particles, info = wgd.step(
+                _particles(row.particles),
+                -grad,  # f_k = -log pi_k
+                config.eta,
+                accelerated=config.algorithm == "a-mwgrad",
+                kernel=config.kernel,
+                schedule=config.schedule,
+                beta=config.beta,
+                restart=config.restart,
+                bandwidth=None if config.bandwidth == "median" else float(config.bandwidth),
+                weighting=config.weighting,
+            )
+        if config.bounds is not None:
+            particles = particles.clamped(*config.bounds)
+        numbers = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
+        if not all(np.all(np.isfinite(a)) for a in numbers):
+            raise invalid(
+                "step_not_finite",
+                "the step overflowed (scores too large for this eta); lower eta or check the "
+                "scores; the sampler is unchanged",
+            )
+        history = dict(row.history)
+        history["grad_norm"] = [*history["grad_norm"], info.grad_norm]
+        nll = None if log_prob is None else (-log_prob.mean(axis=1)).tolist()
+        history["mean_nll"] = [*history["mean_nll"], nll]
+        history["restarts"] = int(history["restarts"]) + int(info.restarted)
+        iteration = row.iteration + 1
+        conn.execute(
+            update(samplers_t)
+            .where(samplers_t.c.id == sampler_id)
+            .values(
+                iteration=iteration,
+                particles=_particles_json(particles),
+                history=history,
+                updated_at=utcnow(),
+            )
+        )
+        return 200, SamplerStep(
+            iteration=iteration,
+            weights=info.weights.tolist(),
+            grad_norm=info.grad_norm,
+            bandwidth=info.bandwidth,
+            restarted=info.restarted,
+        )
+
+    return store.write(tenant_id, idem, run)
+
+
+def delete_sampler(store: Store, tenant_id: int, sampler_id: int) -> None:
+    def run(conn: Connection) -> None:
+        _row(conn, tenant_id, sampler_id)
+        conn.execute(delete(samplers_t).where(samplers_t.c.id == sampler_id))
+
+    store.db.write(run)
+
+
+def sampler_public(row: Row) -> SamplerPublic:
+    return SamplerPublic(
+        **row.config,
+        seed=row.seed,
+        id=row.id,
+        iteration=row.iteration,
+        X=row.particles["X"],
+        weights=row.particles["w"],
+        grad_norm_history=row.history["grad_norm"],
+        mean_nll_history=row.history["mean_nll"],
+        restarts=row.history["restarts"],
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _row(conn: Connection, tenant_id: int, sampler_id: int, lock: bool = False) -> Row:
+    query = select(samplers_t).where(
+        samplers_t.c.id == sampler_id, samplers_t.c.tenant_id == tenant_id
+    )
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
+        raise not_found(f"sampler {sampler_id}")
+    return row
+
+
+def _initial_positions(body: SamplerCreate) -> np.ndarray:
+    """``(n_particles, dim)``: the given points, or the Gaussian's mean (noise added by the
+    caller). Raises: ApiError 422 ``invalid_sampler``."""
+    m, d = body.n_particles, body.dim
+    if body.n_targets * m * d > MAX_TELL_NUMBERS:
+        raise invalid(
+            "invalid_sampler",
+            f"n_targets x n_particles x dim = {body.n_targets * m * d} is over "
+            f"{MAX_TELL_NUMBERS}, the most numbers a tell may carry",
+        )
+    if body.bounds is not None and not body.bounds[0] < body.bounds[1]:
+        raise invalid("invalid_sampler", f"bounds {list(body.bounds)}: low must be below high")
+    if body.init.kind == "points":
+        X = _array(body.init.X, (m, d), "init.X", "invalid_sampler")
+        if body.bounds is not None and (X.min() < body.bounds[0] or X.max() > body.bounds[1]):
+            raise invalid("invalid_sampler", "init.X has points outside the bounds")
+        return X
+    loc = np.asarray(body.init.loc, dtype=np.float64)
+    if loc.ndim == 1 and loc.shape != (d,):
+        raise invalid(
+            "invalid_sampler", f"init.loc has {loc.shape[0]} numbers; give 1 or dim = {d}"
+        )
+    return np.broadcast_to(loc, (m, d)).astype(np.float64)
+
+
+def _array(value: Any, shape: tuple[int, ...], name: str, non_finite_code: str) -> np.ndarray:
+    """``value`` as a float64 array of ``shape``.
+
+    Raises: ApiError 422 ``shape_mismatch`` (``invalid_sampler`` for ``init.X``), or
+    ``non_finite_code`` naming the first NaN or infinite entry.
+    """
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except ValueError:  # ragged nested lists
+        array = None
+    if array is None or array.shape != shape:
+        got = "a ragged list" if array is None else f"shape {list(array.shape)}"
+        code = "invalid_sampler" if name == "init.X" else "shape_mismatch"
+        raise invalid(code, f"{name} has {got}; expected shape {list(shape)}", expected=list(shape))
+    bad = np.argwhere(~np.isfinite(array))
+    if len(bad):
+        where = [int(i) for i in bad[0]]
+        raise invalid(
+            non_finite_code,
+            f"{name} has {len(bad)} NaN or infinite entries, the first at index {where}",
+            index=where,
+        )
+    return array
+
+
+def _particles(stored: dict[str, Any]) -> wgd.Particles:
+    w = stored.get("w")
+    return wgd.Particles(
+        np.asarray(stored["X"], dtype=np.float64),
+        np.asarray(stored["V"], dtype=np.float64),
+        int(stored["n"]),
+        None if w is None else np.asarray(w, dtype=np.float64),
+    )
+
+
+def _particles_json(p: wgd.Particles) -> dict[str, Any]:
+    return {
+        "X": p.X.tolist(),
+        "V": p.V.tolist(),
+        "n": p.n,
+        "w": None if p.w is None else p.w.tolist(),
+    }
