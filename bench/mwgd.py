@@ -16,11 +16,18 @@ target, and the ratio is the iterations A-MWGraD needs to first reach it (median
 divided by N. ``amwgrad_iters_ratio`` per kernel is taken at the best common step size: the one
 where MWGraD's final GradNorm is lowest for that kernel. Target: a ratio <= 0.5 for both kernels.
 
-Part 2 (the ``mwgd`` study engine against qLogNEHVI and Sobol with the pom bench's protocol) is
-not implemented yet: its JSON keys are null.
+Part 2: the ``mwgd`` study engine (defaults) with the pom bench's protocol, run by
+``bench/pom.py --problems branincurrin,dtlz2 --methods mwgd,pom,qlognehvi,sobol`` in a
+subprocess (2 worker processes, one torch thread each; its progress on stderr, its tables
+below): BraninCurrin (d = 2) and DTLZ2 (d = 6, 2 objectives), an initial Sobol design of
+2 (d + 1) points shared by all methods, 20 batches of q = 4, 5 seeds; median final hypervolume
+share, EMD against the dense reference Pareto set and seconds per batch (bench/pom.py's
+docstring defines them). Target: mwgd's median HV share within 5 % of qLogNEHVI's (ratio >=
+0.95) on both problems. Part 2 gets the time left of an 85-minute budget (its deadline guard).
 
-    .venv/bin/python bench/mwgd.py            # full: 2 methods x 2 kernels x 3 steps x 5 seeds
-    .venv/bin/python bench/mwgd.py --quick    # 1 seed, 300 iterations
+    .venv/bin/python bench/mwgd.py            # full: part 1 (~3 min), part 2 (~30 min)
+    .venv/bin/python bench/mwgd.py --quick    # part 1: 1 seed, 300 iterations; part 2: 1 seed,
+                                              # 4 batches: under 5 min
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +53,11 @@ STEPS = (1e-3, 3e-3, 1e-2)
 KERNELS = ("svgd", "blob")
 ITERATIONS = 1500
 SEEDS = 5
+BUDGET_MIN = 85.0
+PART2_PROBLEMS = ["branincurrin", "dtlz2"]
+PART2_METHODS = ["mwgd", "pom", "qlognehvi", "sobol"]
+#: mwgd's HV share must be at least this share of qLogNEHVI's.
+HV_RATIO_MIN = 0.95
 PARTICLES = 50
 COVARIANCE = 0.5
 WEIGHTS = np.array([0.2, 0.7, 0.1])
@@ -79,18 +92,11 @@ def one_run(seed: int, accelerated: bool, kernel: str, eta: float, n: int) -> li
     return [info.grad_norm for info in infos]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 300 iterations")
-    args = parser.parse_args(argv)
-    seeds = 1 if args.quick else SEEDS
-    n = 300 if args.quick else ITERATIONS
-    wall0 = time.perf_counter()
-    print(
-        f"# bench/mwgd.py part 1 ({'quick' if args.quick else 'full'}); Python "
-        f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.2f}; {PARTICLES} particles, {n} iterations, {seeds} seeds"
-    )
+def part1(quick: bool) -> dict[str, Any]:
+    """The multi-target toy: the table, and the figures for the JSON line."""
+    seeds = 1 if quick else SEEDS
+    n = 300 if quick else ITERATIONS
+    print(f"## Part 1: the multi-target toy ({PARTICLES} particles, {n} iterations, {seeds} seeds)")
     rows: dict[tuple[str, float], dict[str, Any]] = {}
     for kernel in KERNELS:
         for eta in STEPS:
@@ -140,26 +146,124 @@ def main(argv: list[str] | None = None) -> int:
             f"{ratio[kernel]:.3f} of MWGraD's iterations: "
             f"{'MET' if ratio[kernel] <= 0.5 else 'MISSED'} (target <= 0.5)"
         )
-    wall = time.perf_counter() - wall0
-    print(f"wall time {wall / 60:.1f} min")
+    return {
+        "iterations": n,
+        "seeds": seeds,
+        "amwgrad_iters_ratio": ratio,
+        "best_step": best,
+        "amwgrad_target_met": all(v <= 0.5 for v in ratio.values()),
+    }
+
+
+def part2(quick: bool, budget_min: float) -> dict[str, Any]:
+    """The study engine beside pom, qLogNEHVI and Sobol, by bench/pom.py in a subprocess."""
+    print("\n## Part 2: the mwgd study engine (bench/pom.py protocol)", flush=True)
+    cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("pom.py")),
+        "--problems",
+        ",".join(PART2_PROBLEMS),
+        "--methods",
+        ",".join(PART2_METHODS),
+        "--budget-min",
+        f"{budget_min:.1f}",
+    ]
+    if quick:
+        cmd.append("--quick")
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    lines = done.stdout.rstrip("\n").split("\n")
+    print("\n".join(line for line in lines if not line.startswith("{")))
+    found = [json.loads(line) for line in lines if line.startswith("{")]
+    if done.returncode != 0 or not found:
+        print(f"(part 2 failed: bench/pom.py exited {done.returncode})")
+        return {"part2_failed": True}
+    problems = found[-1]["problems"]
+
+    def per_problem(key: str) -> dict[str, float | None]:
+        return {p: problems.get(p, {}).get(key) for p in PART2_PROBLEMS}
+
+    hv = {m: per_problem(f"{m}_hv_share") for m in PART2_METHODS}
+    ratio = {
+        p: None
+        if None in (hv["mwgd"][p], hv["qlognehvi"][p])
+        else hv["mwgd"][p] / hv["qlognehvi"][p]
+        for p in PART2_PROBLEMS
+    }
+    met = all(r is not None and r >= HV_RATIO_MIN for r in ratio.values())
     print(
-        json.dumps(
-            {
-                "bench": "mwgd",
-                "quick": bool(args.quick),
-                "iterations": n,
-                "seeds": seeds,
-                "amwgrad_iters_ratio": ratio,
-                "best_step": best,
-                "target_met": all(v <= 0.5 for v in ratio.values()),
-                "mwgd_hv_share": None,
-                "qlognehvi_hv_share": None,
-                "mwgd_emd": None,
-                "wall_s": round(wall, 1),
-            }
-        )
+        "\n| problem | HV share mwgd / qLogNEHVI | ratio | EMD mwgd / qLogNEHVI "
+        "| s per batch mwgd / qLogNEHVI |"
     )
+    print("|---|---|---:|---|---|")
+    emd = {m: per_problem(f"{m}_emd") for m in ("mwgd", "qlognehvi", "pom", "sobol")}
+    secs = {m: per_problem(f"{m}_s_per_batch") for m in ("mwgd", "qlognehvi", "pom")}
+    for p in PART2_PROBLEMS:
+        r = ratio[p]
+        print(
+            f"| {p} | {hv['mwgd'][p]} / {hv['qlognehvi'][p]} | "
+            f"{'-' if r is None else f'{r:.4f}'} | {emd['mwgd'][p]} / {emd['qlognehvi'][p]} | "
+            f"{secs['mwgd'][p]} / {secs['qlognehvi'][p]} |"
+        )
+    print(
+        f"\nmwgd HV share within 5 % of qLogNEHVI's on both problems (ratio >= {HV_RATIO_MIN}): "
+        f"{'MET' if met else 'MISSED'}"
+    )
+    return {
+        "mwgd_hv_share": hv["mwgd"],
+        "qlognehvi_hv_share": hv["qlognehvi"],
+        "pom_hv_share": hv["pom"],
+        "sobol_hv_share": hv["sobol"],
+        "mwgd_hv_ratio_vs_qlognehvi": ratio,
+        "mwgd_hv_target_met": met,
+        "mwgd_emd": emd["mwgd"],
+        "qlognehvi_emd": emd["qlognehvi"],
+        "pom_emd": emd["pom"],
+        "sobol_emd": emd["sobol"],
+        "mwgd_s_per_batch": secs["mwgd"],
+        "qlognehvi_s_per_batch": secs["qlognehvi"],
+        "pom_s_per_batch": secs["pom"],
+        "part2_seeds": found[-1]["config"]["seeds"],
+        "part2_stopped_early": found[-1]["stopped_early"],
+        "part2_interrupted": found[-1]["interrupted"],
+        "part2_wall_s": found[-1]["wall_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="reduced: under 5 minutes")
+    parser.add_argument("--part", choices=["1", "2"], help="run one part only")
+    args = parser.parse_args(argv)
+    wall0 = time.perf_counter()
+    print(
+        f"# bench/mwgd.py ({'quick' if args.quick else 'full'}), asktell {code_version()}; "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    out: dict[str, Any] = {"bench": "mwgd", "quick": bool(args.quick)}
+    if args.part != "2":
+        out |= part1(args.quick)
+    if args.part != "1":
+        left = BUDGET_MIN - (time.perf_counter() - wall0) / 60
+        out |= part2(args.quick, 5.0 if args.quick else left)
+    wall = time.perf_counter() - wall0
+    print(f"\nwall time {wall:.1f} s ({wall / 60:.1f} min)")
+    out["code_version"] = code_version()
+    out["wall_s"] = round(wall, 1)
+    print(json.dumps(out))
     return 0
+
+
+def code_version() -> str:
+    done = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ every point evaluated without noise before the next batch is asked. Methods, one
   (about 1.5 x qLogNEHVI per batch) and outside the targets: its seed 0 runs with the other
   methods, seeds 1-4 after everything else, each run only if it fits in the time budget
   (the tables give the seed count of every row).
+- ``mwgd`` (only with ``--methods``; bench/mwgd.py part 2): the ``mwgd`` engine of issue 8,
+  through the engine contract as ``pom`` (``--mwgd-options`` sets its options).
 - ``sobol``: the continuation of the same scrambled Sobol sequence (initial design first).
 - ``nsga2``: Optuna 5's ``NSGAIISampler`` through ask/tell, defaults except
   ``population_size = 2 (d + 1)`` (6, 14, 14, 12), so generation 0 is exactly the shared Sobol
@@ -151,8 +153,13 @@ Q = 4
 #: Runs go to this many worker processes with one torch thread each (the machine has 2 cores).
 WORKERS = 2
 METHODS = ["pom", "qlognehvi", "qlognparego", "sobol", "nsga2"]
+#: Methods run through the engine contract, and their engine: ``mwgd`` is not part of this
+#: bench's default run; bench/mwgd.py runs it here with ``--methods``.
+ENGINE_METHODS = {"pom": "pom", "mwgd": "mwgd"}
+KNOWN_METHODS = ["pom", "mwgd", "qlognehvi", "qlognparego", "sobol", "nsga2"]
 LABELS = {
     "pom": "POM (engine)",
+    "mwgd": "mwgd (engine)",
     "qlognehvi": "qLogNEHVI",
     "qlognparego": "qLogNParEGO",
     "sobol": "Sobol",
@@ -186,6 +193,7 @@ TIME_RATIO_MAX = 2.0
 # pom,qlognehvi`, 9.6 min); qLogNParEGO taken as 1.5 x qLogNEHVI.
 EST_S_PER_BATCH: dict[str, dict[str, float]] = {
     "pom": {"branincurrin": 2.8, "dtlz2": 3.3, "zdt3": 2.8, "vehiclesafety": 7.9},
+    "mwgd": {"branincurrin": 2.0, "dtlz2": 3.0, "zdt3": 3.0, "vehiclesafety": 4.0},
     "qlognehvi": {"branincurrin": 12.0, "dtlz2": 8.8, "zdt3": 10.3, "vehiclesafety": 23.8},
     "qlognparego": {"branincurrin": 18.0, "dtlz2": 13.2, "zdt3": 15.5, "vehiclesafety": 35.7},
     "sobol": {k: 0.001 for k in PROBLEMS},
@@ -235,6 +243,7 @@ class Settings:
     batches: dict[str, int]
     engine: str
     engine_options: dict[str, Any]
+    mwgd_options: dict[str, Any]
     #: Seeds per method when fewer than ``seeds`` (the first ones).
     method_seeds: dict[str, int]
     budget_min: float
@@ -248,9 +257,9 @@ class Settings:
         if unknown:
             raise SystemExit(f"unknown problem(s) {unknown}; choose from {PROBLEMS}")
         methods = args.methods.split(",") if args.methods else METHODS
-        bad = [m for m in methods if m not in METHODS]
+        bad = [m for m in methods if m not in KNOWN_METHODS]
         if bad:
-            raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS}")
+            raise SystemExit(f"unknown method(s) {bad}; choose from {KNOWN_METHODS}")
         n_seeds = args.seeds if args.seeds is not None else (1 if quick else SEEDS)
         batches = {
             p: (
@@ -265,11 +274,12 @@ class Settings:
         return cls(
             quick=quick,
             problems=problems,
-            methods=[m for m in METHODS if m in methods],
+            methods=[m for m in KNOWN_METHODS if m in methods],
             seeds=list(range(n_seeds)),
             batches=batches,
             engine=args.engine,
             engine_options=json.loads(args.engine_options) if args.engine_options else {},
+            mwgd_options=json.loads(args.mwgd_options) if args.mwgd_options else {},
             method_seeds={
                 "qlognparego": min(
                     n_seeds, args.parego_seeds if args.parego_seeds is not None else PAREGO_SEEDS
@@ -330,8 +340,10 @@ class Proposer:
         self.fit_failures = 0
         self.fallbacks: dict[str, int] = {}  # pom: points from the Sobol fallback, by reason
         self.relaxed = 0  # pom: asks whose sample Pareto sets ignored observed dominators
-        if method == "pom":
-            self.engine = make_engine(s.engine, s.engine_options)
+        if method in ENGINE_METHODS:
+            self.engine_name = s.engine if method == "pom" else ENGINE_METHODS[method]
+            options = s.engine_options if method == "pom" else s.mwgd_options
+            self.engine = make_engine(self.engine_name, options)
             self.problem = engine_problem(spec, f)
             self.rng = np.random.default_rng(seed_int(seed, PROBLEMS.index(spec.key), 1))
         elif method == "sobol":
@@ -368,7 +380,7 @@ class Proposer:
             raise RuntimeError("NSGA-II generation 0 is not the initial design")
 
     def propose(self, X: np.ndarray, Y: np.ndarray, batch: int) -> tuple[np.ndarray, float | None]:
-        if self.method == "pom":
+        if self.method in ENGINE_METHODS:
             d = X.shape[1]
             history = History(X, Y, np.zeros((len(X), 0)), np.zeros((0, d)))
             proposal = self.engine.suggest(self.problem, history, Q, self.state, self.rng)
@@ -381,7 +393,7 @@ class Proposer:
                 self.relaxed += 1
             U = np.asarray(proposal.X, dtype=np.float64)
             if U.shape != (Q, d) or not np.all(np.isfinite(U)):
-                raise RuntimeError(f"engine {self.s.engine} returned {U.shape}")
+                raise RuntimeError(f"engine {self.engine_name} returned {U.shape}")
             return np.clip(U, 0.0, 1.0), None
         if self.method == "sobol":
             with warnings.catch_warnings():
@@ -660,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 seed, 2 problems: < 5 min")
     parser.add_argument("--plan", action="store_true", help="print the plan and exit")
     parser.add_argument("--problems", help=f"comma list of {','.join(PROBLEMS)}")
-    parser.add_argument("--methods", help=f"comma list of {','.join(METHODS)}")
+    parser.add_argument("--methods", help=f"comma list of {','.join(KNOWN_METHODS)}")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 5, quick 1)")
     parser.add_argument(
         "--batches", type=int, help="batches per run (default 20; VehicleSafety gets half)"
@@ -677,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--engine", default="pom", help="engine run as 'pom' (default pom)")
     parser.add_argument("--engine-options", help="JSON options of that engine (default {})")
+    parser.add_argument("--mwgd-options", help="JSON options of the mwgd engine (default {})")
     args = parser.parse_args(argv)
     s = Settings.from_args(args)
     torch.set_num_threads(2)  # the reference sets, in this process; runs use one thread each
@@ -895,6 +908,7 @@ def main(argv: list[str] | None = None) -> int:
         "code_version": version,
         "engine": s.engine,
         "engine_options": s.engine_options,
+        "mwgd_options": s.mwgd_options,
     }
     for p, entry in problems_out.items():
         for k in (
