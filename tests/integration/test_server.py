@@ -386,3 +386,27 @@ def test_concurrent_creates_of_one_name_return_one_study(server: Server) -> None
             ids = list(pool.map(create, range(6)))
         assert len(set(ids)) == 1, ids
         name = f"race-{uuid.uuid4().hex[:8]}"
+
+
+# --- 7. samplers --------------------------------------------------------------------------
+
+
+def test_concurrent_tells_of_one_sampler_iteration_apply_one_step(server: Server) -> None:
+    """Workers racing to tell the same iteration (on two server processes): one step is
+    applied, the others get 409 stale_iteration, and the sampler's history has one entry per
+    step."""
+    with Client(server.url) as client:
+        sampler = client.create_sampler(dim=2, n_targets=2, n_particles=8, seed=0)
+        for iteration in range(3):
+            grad = [[[1.0, -1.0]] * 8, [[-1.0, 1.0]] * 8]
+            body = json.dumps({"iteration": iteration, "grad_log_prob": grad}).encode()
+            path = f"/v1/samplers/{sampler.id}/tell"
+            keys = [uuid.uuid4().hex for _ in range(6)]
+            with ThreadPoolExecutor(6) as pool:
+                answers = list(pool.map(_post, [server] * 6, [path] * 6, [body] * 6, keys))
+            statuses = sorted(status for _, status, _ in answers)
+            assert statuses == [200] + [409] * 5, (statuses, server.log_tail())
+            codes = {json.loads(b)["code"] for _, status, b in answers if status == 409}
+            assert codes == {"stale_iteration"}
+        info = sampler.refresh()
+        assert info.iteration == 3 and len(info.grad_norm_history) == 3
