@@ -23,10 +23,10 @@ constraints, feasible when ``<= 0``: the log probability of feasibility). The pa
 ``sum_i log x_i (1 - x_i)`` to every target (a uniform prior on the cube). Gradients by
 autograd through the posteriors.
 
-Particles. ``n_particles`` (default ``max(64, 4 q)``): the last ask's particles kept in the
-state (up to half), the observed non-dominated points jittered by 0.02 (up to a quarter) and
-Sobol points for the rest. ``steps`` A-MWGraD steps (default 150, ``eta`` 0.01 in z,
-SVGD kernel with the median bandwidth, convex momentum schedule with adaptive restart) with
+Particles. ``n_particles`` (default ``max(64, 4 q)``, at most 256): the last ask's particles
+kept in the state (up to half), the observed non-dominated points jittered by 0.02 (up to a
+quarter) and Sobol points for the rest. ``steps`` A-MWGraD steps (default 150, ``eta`` 0.01 in
+z, SVGD kernel with the median bandwidth, convex momentum schedule with adaptive restart) with
 per-particle weights (``engines.wgd``, ours after MOO-SVGD): a shared weight vector would pull
 every particle to the same compromise (research notes B4, pitfalls). A particle that leaves
 ``|z| <= 8`` (``x`` within 3e-4 of a face) is put back on that bound and its velocity zeroed.
@@ -36,11 +36,11 @@ optimistic values ``mu_k - kappa s_k`` no other particle dominates, among those 
 probability of feasibility of at least 1/2 when any has. The batch is picked greedily by the
 hypervolume improvement of the optimistic values over the observed feasible front plus the
 pending trials' and the picked points' optimistic values, so pending trials count as already
-chosen (ours: no fantasy model). Candidates within 1e-3 of an observed, pending or picked
-point are skipped. When no candidate improves the hypervolume, the rest of the batch are the
-candidates (then any particles) of largest total standardized posterior deviation, far from
-what is chosen. Every model ask records the final GradNorm, the restarts and the mean weights
-in the details and in the state.
+chosen (ours: no fantasy model); with one objective, by the improvement of the best value.
+Candidates within 1e-3 of an observed, pending or picked point are skipped. When no candidate
+improves, the rest of the batch are the particles likely feasible (then any) of largest total
+standardized posterior deviation, far from what is chosen. Every model ask records the final
+GradNorm, the restarts and the mean weights in the details and in the state.
 
 Edge cases: a fit or posterior that fails numerically falls back to Sobol points with the
 reason in their details, as does a point equal (after snapping) to an observed, pending or
@@ -82,6 +82,8 @@ _STATE_VERSION = 1
 _Z_BOUND = 8.0
 #: Standard deviation of the jitter of observed non-dominated points that seed particles.
 _JITTER = 0.02
+#: The default particle count is ``max(64, 4 q)`` up to this (kernels cost ``O(n^2 d)``).
+_MAX_DEFAULT_PARTICLES = 256
 #: Least distance (unit cube) of a batch point to an observed, pending or picked point.
 _MIN_DISTANCE = 1e-3
 
@@ -196,7 +198,7 @@ class MWGDEngine:
         Y_front = -targets[feasible][:, :m]
         Y_front = Y_front[non_dominated(Y_front)] if len(Y_front) else np.zeros((0, m))
         front = X_train[feasible][non_dominated(-targets[feasible][:, :m])]
-        n_particles = self.n_particles or max(64, 4 * count)
+        n_particles = self.n_particles or min(max(64, 4 * count), _MAX_DEFAULT_PARTICLES)
         X0 = _initial_particles(previous, front, n_particles, stream, rng)
         try:
             with _seeded(int(rng.integers(2**31)), False):
@@ -209,20 +211,19 @@ class MWGDEngine:
                 X_final, infos = self._move(posterior, X0)
                 candidates = problem.space.snap(X_final)
                 optimistic, deviation, log_pof = posterior.values(candidates)
+                believed = posterior.values(X_pending)[0] if len(X_pending) else X_pending[:, :0]
         except _NUMERICAL_ERRORS as exc:
             return (*_unfilled(d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), None, None)
 
         ref = -_reference_point(problem, targets).numpy() if m > 1 else None
-        blocked = np.vstack([X_train, X_pending])
-        believed = posterior.values(X_pending)[0] if len(X_pending) else np.zeros((0, m))
         chosen, gains = select_batch(
             candidates,
             optimistic,
             deviation,
             log_pof,
-            np.vstack([Y_front, believed]),
+            np.vstack([Y_front, believed.reshape(-1, m)]),
             ref,
-            blocked,
+            np.vstack([X_train, X_pending]),
             count,
         )
         X_new = np.full((count, d), np.nan)
@@ -256,6 +257,8 @@ class MWGDEngine:
         infos = []
         for _ in range(self.steps):
             grad = posterior.potential_gradients(particles.X, self.temperature)
+            if not np.all(np.isfinite(grad)):
+                raise BotorchError("the posterior gradients are not finite")
             particles, info = wgd.step(
                 particles,
                 grad,
@@ -357,16 +360,22 @@ def select_batch(
     pool = pool[non_dominated(optimistic[pool])]
     chosen: list[int] = []
     gains: list[float] = []
-    values = front.copy()
+    # One objective and nothing to improve on yet: improvements count from the worst candidate.
+    values = front if len(front) or ref is not None else optimistic[pool].max(axis=0)[None]
     near = blocked.copy()
     for _ in range(count):
-        open_ = [i for i in pool if i not in chosen and _far(candidates[i], near)]
+        open_ = [int(i) for i in pool if i not in chosen and _far(candidates[i], near)]
         base = _quality(values, ref)
         gain = np.array([_quality(np.vstack([values, optimistic[i]]), ref) - base for i in open_])
         if len(open_) and gain.max() > 0.0:
             pick, best = open_[int(np.argmax(gain))], float(gain.max())
-        else:  # nothing improves: explore where the models know least
+        else:  # nothing improves: explore where the models know least, likely feasible first
             rest = [
+                int(i)
+                for i in np.flatnonzero(eligible)
+                if i not in chosen and _far(candidates[i], near)
+            ]
+            rest = rest or [
                 i for i in range(len(candidates)) if i not in chosen and _far(candidates[i], near)
             ]
             if not rest:
@@ -380,9 +389,10 @@ def select_batch(
 
 
 def _quality(Y: np.ndarray, ref: np.ndarray | None) -> float:
-    """Hypervolume against ``ref``; for one objective, minus the best value."""
+    """Hypervolume of ``Y: (n, m)`` (n >= 1 for one objective) against ``ref``; for one
+    objective, minus the best value."""
     if ref is None:
-        return -float(Y.min()) if len(Y) else -math.inf
+        return -float(Y.min())
     return hypervolume(Y, ref) if len(Y) else 0.0
 
 

@@ -122,6 +122,8 @@ def min_norm_weights(Q: np.ndarray, w0: np.ndarray | None = None) -> np.ndarray:
     n = len(Q)
     if n == 1:
         return np.ones(1)
+    if not np.all(np.isfinite(Q)):
+        return np.full(n, np.nan)  # the caller's finiteness check decides
     if n == 2:
         denom = Q[0, 0] + Q[1, 1] - 2.0 * Q[0, 1]
         w1 = 0.5 if denom <= 1e-300 else min(max((Q[1, 1] - Q[0, 1]) / denom, 0.0), 1.0)
@@ -153,7 +155,13 @@ def min_norm_weights_per_particle(Delta: np.ndarray) -> np.ndarray:
     n_targets, m = Delta.shape[:2]
     if n_targets == 1:
         return np.ones((m, 1))
-    Q = np.einsum("kid,lid->ikl", Delta, Delta)  # (m, K, K)
+    if not np.all(np.isfinite(Delta)):
+        return np.full((m, n_targets), np.nan)  # the caller's finiteness check decides
+    # The minimizer does not change with each particle's scale; at scale 1 nothing overflows
+    # and the KKT systems below are well conditioned whatever the size of the gradients.
+    scale = np.abs(Delta).max(axis=(0, 2))
+    unit = Delta / np.where(scale > 0, scale, 1.0)[None, :, None]
+    Q = np.einsum("kid,lid->ikl", unit, unit)  # (m, K, K)
     if n_targets > MAX_ENUMERATED_TARGETS:
         return np.stack([min_norm_weights(Q[i]) for i in range(m)])
     best_w = np.zeros((m, n_targets))

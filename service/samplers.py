@@ -28,6 +28,8 @@ samplers_t = Sampler.__table__
 #: The most numbers a tell carries (``n_targets x n_particles x dim``): a tell of this size is
 #: about 2-5 MB of JSON, so the server's body limit may need raising before this one binds.
 MAX_TELL_NUMBERS = 1_000_000
+#: The most entries of a step's ``n_particles^2 x dim`` kernel arrays (160 MB of float64 each).
+MAX_KERNEL_ENTRIES = 20_000_000
 
 
 def create_sampler(
@@ -38,7 +40,10 @@ def create_sampler(
     seed = body.seed if body.seed is not None else secrets.randbits(62)
     if body.init.kind == "gaussian":
         rng = np.random.default_rng(seed)
-        X = X + body.init.scale * rng.standard_normal(X.shape)
+        with np.errstate(over="ignore"):
+            X = X + body.init.scale * rng.standard_normal(X.shape)
+        if not np.all(np.isfinite(X)):
+            raise invalid("invalid_sampler", "init.loc and init.scale overflow the float range")
         if body.bounds is not None:
             X = np.clip(X, *body.bounds)
 
@@ -111,8 +116,11 @@ def tell_sampler(
                 bandwidth=None if config.bandwidth == "median" else float(config.bandwidth),
                 weighting=config.weighting,
             )
-        if config.bounds is not None:
-            particles = particles.clamped(*config.bounds)
+        nll = None if log_prob is None else -log_prob.mean(axis=1)
+        if nll is not None and not np.all(np.isfinite(nll)):
+            raise invalid(
+                "non_finite_log_prob", "log_prob's mean over the particles overflows; rescale it"
+            )
         numbers = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
         if not all(np.all(np.isfinite(a)) for a in numbers):
             raise invalid(
@@ -120,10 +128,11 @@ def tell_sampler(
                 "the step overflowed (scores too large for this eta); lower eta or check the "
                 "scores; the sampler is unchanged",
             )
+        if config.bounds is not None:
+            particles = particles.clamped(*config.bounds)
         history = dict(row.history)
         history["grad_norm"] = [*history["grad_norm"], info.grad_norm]
-        nll = None if log_prob is None else (-log_prob.mean(axis=1)).tolist()
-        history["mean_nll"] = [*history["mean_nll"], nll]
+        history["mean_nll"] = [*history["mean_nll"], None if nll is None else nll.tolist()]
         history["restarts"] = int(history["restarts"]) + int(info.restarted)
         iteration = row.iteration + 1
         conn.execute(
@@ -193,6 +202,12 @@ def _initial_positions(body: SamplerCreate) -> np.ndarray:
             f"n_targets x n_particles x dim = {body.n_targets * m * d} is over "
             f"{MAX_TELL_NUMBERS}, the most numbers a tell may carry",
         )
+    if m * m * d > MAX_KERNEL_ENTRIES:
+        raise invalid(
+            "invalid_sampler",
+            f"n_particles^2 x dim = {m * m * d} is over {MAX_KERNEL_ENTRIES}, the kernel arrays "
+            "a step may build; use fewer particles",
+        )
     if body.bounds is not None and not body.bounds[0] < body.bounds[1]:
         raise invalid("invalid_sampler", f"bounds {list(body.bounds)}: low must be below high")
     if body.init.kind == "points":
@@ -201,7 +216,7 @@ def _initial_positions(body: SamplerCreate) -> np.ndarray:
             raise invalid("invalid_sampler", "init.X has points outside the bounds")
         return X
     loc = np.asarray(body.init.loc, dtype=np.float64)
-    if loc.ndim == 1 and loc.shape != (d,):
+    if loc.ndim == 1 and loc.shape[0] not in (1, d):
         raise invalid(
             "invalid_sampler", f"init.loc has {loc.shape[0]} numbers; give 1 or dim = {d}"
         )

@@ -106,6 +106,8 @@ def test_bad_tells_are_4xx_and_change_nothing(http):
     assert r.status_code == 422 and r.json()["code"] == "non_finite_gradient"
     r = http.post(url, json={"iteration": 0, "grad_log_prob": (np.full((2, 4, 2), 1e300)).tolist()})
     assert r.status_code == 422 and r.json()["code"] == "step_not_finite"
+    r = http.post(url, json={"iteration": 0, "grad_log_prob": good, "log_prob": [[1e308] * 4] * 2})
+    assert r.status_code == 422 and r.json()["code"] == "non_finite_log_prob"
     r = http.post(url, json={"iteration": 5, "grad_log_prob": good})
     assert r.status_code == 409 and r.json()["code"] == "stale_iteration"
     assert r.json()["iteration"] == 0
@@ -118,6 +120,19 @@ def test_bad_tells_are_4xx_and_change_nothing(http):
     assert http.post(url, json={"iteration": 0, "grad_log_prob": good}).status_code == 200
     r = http.post(url, json={"iteration": 0, "grad_log_prob": good})
     assert r.status_code == 409 and r.json()["iteration"] == 1
+
+
+@pytest.mark.parametrize("weighting", ["shared", "per_particle"])
+@pytest.mark.parametrize("bounds", [None, [-1.0, 1.0]])
+def test_a_step_that_overflows_is_refused_whatever_the_options(http, weighting, bounds):
+    body = {"dim": 2, "n_targets": 3, "n_particles": 4, "seed": 0, "weighting": weighting}
+    sid = http.post("/v1/samplers", json={**body, "bounds": bounds}).json()["id"]
+    before = http.get(f"/v1/samplers/{sid}").json()
+    huge = np.full((3, 4, 2), 1e300)
+    huge[1] *= -1.0
+    r = http.post(f"/v1/samplers/{sid}/tell", json={"iteration": 0, "grad_log_prob": huge.tolist()})
+    assert r.status_code == 422 and r.json()["code"] == "step_not_finite", r.text
+    assert http.get(f"/v1/samplers/{sid}").json() == before
 
 
 def test_a_retried_tell_with_its_key_replays_the_answer(http):
@@ -146,6 +161,8 @@ OUTSIDE = {"kind": "points", "X": [[0, 0], [0, 2]]}
         ({"dim": 0, "n_targets": 1}, "validation_error"),
         ({**TWO_D, "kernel": "gauss"}, "validation_error"),
         ({**TWO_D, "eta": -1.0}, "validation_error"),
+        ({**TWO_D, "init": {"kind": "gaussian", "scale": 1e308}}, "invalid_sampler"),
+        ({"dim": 244, "n_targets": 1, "n_particles": 4096}, "invalid_sampler"),
     ],
 )
 def test_bad_samplers_are_refused(http, body, code):

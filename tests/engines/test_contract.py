@@ -83,10 +83,23 @@ def test_returns_exactly_count_points_in_the_cube(engine_name, problem_name, n_o
         assert proposal.X.shape == (count, problem.d)
         assert np.all((proposal.X >= 0) & (proposal.X <= 1))
         assert len(proposal.details) in (0, count)
-        assert json.loads(json.dumps(proposal.state)) == proposal.state
+        json.dumps(proposal.details, allow_nan=False)  # stored as JSON: no NaN or infinity
+        assert json.loads(json.dumps(proposal.state, allow_nan=False)) == proposal.state
         state = proposal.state
     for field in ("X", "Y", "C", "X_pending"):
         np.testing.assert_array_equal(getattr(history, field), getattr(before, field))
+
+
+def test_a_constrained_study_with_nothing_feasible_yet_gets_json_details(engine_name):
+    problem = PROBLEMS["constrained"]
+    history = _history(problem, 12, pending=0)
+    infeasible = History(history.X, history.Y, np.ones_like(history.C), history.X_pending)
+    proposal = make_engine(engine_name).suggest(
+        problem, infeasible, 2, {}, np.random.default_rng(0)
+    )
+    assert proposal.X.shape == (2, problem.d)
+    json.dumps(proposal.details, allow_nan=False)
+    json.dumps(proposal.state, allow_nan=False)
 
 
 def test_does_not_change_the_state_it_was_given(engine_name):

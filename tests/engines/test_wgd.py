@@ -59,6 +59,26 @@ def test_per_particle_weights_solve_each_particles_own_min_norm_problem(k):
         assert np.all(Q @ W[i] >= W[i] @ Q @ W[i] - 1e-9)  # KKT: no vertex descends
 
 
+@pytest.mark.parametrize("scale", [1e-8, 1.0, 1e4, 1e8, 1e200])
+def test_per_particle_weights_do_not_depend_on_the_gradients_scale(scale):
+    # |Delta_0| = 1, |Delta_1| = 2, orthogonal: w = (0.8, 0.2); three orthogonal unit
+    # gradients: uniform weights.
+    two = np.array([[[1.0, 0.0, 0.0]], [[0.0, 2.0, 0.0]]]) * scale
+    np.testing.assert_allclose(min_norm_weights_per_particle(two), [[0.8, 0.2]], atol=1e-9)
+    three = np.eye(3)[:, None, :] * scale
+    np.testing.assert_allclose(min_norm_weights_per_particle(three), [[1 / 3] * 3], atol=1e-9)
+    same = np.ones((3, 2, 2)) * scale  # identical gradients: any weights, on the simplex
+    W = min_norm_weights_per_particle(same)
+    assert np.all(W >= 0) and np.allclose(W.sum(axis=1), 1.0)
+
+
+def test_weights_of_non_finite_gradients_are_nan():
+    Delta = np.ones((3, 2, 2))
+    Delta[1, 0, 0] = np.inf
+    assert np.isnan(min_norm_weights_per_particle(Delta)).all()
+    assert np.isnan(min_norm_weights(np.full((3, 3), np.inf))).all()
+
+
 def test_per_particle_weights_differ_where_the_gradients_do():
     # Particle 0 sits where objective 1 is flat (weight goes to it), particle 1 the reverse.
     Delta = np.zeros((2, 2, 2))
