@@ -17,7 +17,7 @@ its observations, the targets on the unit cube are::
 
     log pi_k(x) = -(mu_k(x) - c_k - kappa s_k(x)) / (sd_k T) + sum_j log Phi(-mu_j(x) / s_j(x))
 
-(``kappa``: optimism, default 1; ``T``: temperature, default 0.1; the sum runs over the outcome
+(``kappa``: optimism, default 1; ``T``: temperature, default 0.005; the sum runs over the outcome
 constraints, feasible when ``<= 0``: the log probability of feasibility). The particles live in
 ``z = logit(x)``, so the box needs no projection; the change of variables adds the log-Jacobian
 ``sum_i log x_i (1 - x_i)`` to every target (a uniform prior on the cube). Gradients by
@@ -118,7 +118,7 @@ class MWGDEngine:
     accelerated: bool = True
     weighting: Literal["per_particle", "shared"] = "per_particle"
     kappa: float = 1.0
-    temperature: float = 0.1
+    temperature: float = 0.005
 
     def __post_init__(self) -> None:
         check_option_ranges(
