@@ -67,7 +67,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -150,27 +150,19 @@ class GPEngine:
         state: JSON,
         rng: np.random.Generator,
     ) -> Proposal:
-        space, d = problem.space, problem.d
-        stream = SobolStream.resume(d, state, rng)
-
-        n_initial = self.n_initial if self.n_initial is not None else 2 * d + 1
-        n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
-        if d == 0:  # only fixed parameters: every point is the same empty point
-            n_sobol = count
-        taken = np.vstack([history.X, history.X_pending])
-        X = space.snap(sobol_points(problem, taken, n_sobol, stream))
-        details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
-        if count > n_sobol:
-            X_pending = np.vstack([history.X_pending, X])
-            X_model, model_details = self._model_points(
-                problem, history, X_pending, count - n_sobol, rng
-            )
-            X = np.vstack([X, X_model])
-            details += model_details
-        if d:
-            X = _replace_duplicates(problem, history, X, details, stream, rng)
+        stream = SobolStream.resume(problem.d, state, rng)
+        n_initial = self.n_initial if self.n_initial is not None else 2 * problem.d + 1
+        X, details, _ = sobol_then_model(
+            problem,
+            history,
+            count,
+            n_initial,
+            stream,
+            rng,
+            lambda X_pending, k: (*self._model_points(problem, history, X_pending, k, rng), None),
+        )
         new_state = {"version": _STATE_VERSION, "seed": stream.seed, "index": stream.index}
-        return Proposal(X=X.reshape(count, d), state=new_state, details=details)
+        return Proposal(X=X, state=new_state, details=details)
 
     def _model_points(
         self,
@@ -255,6 +247,46 @@ class GPEngine:
         if not np.all(np.isfinite(X_new)):
             raise BotorchError("the acquisition optimizer returned non-finite points")
         return np.clip(X_new, 0.0, 1.0)
+
+
+Extra = TypeVar("Extra")
+
+
+def sobol_then_model(
+    problem: Problem,
+    history: History,
+    count: int,
+    n_initial: int,
+    stream: SobolStream,
+    rng: np.random.Generator,
+    model_points: Callable[[np.ndarray, int], tuple[np.ndarray, list[JSON], Extra]],
+) -> tuple[np.ndarray, list[JSON], Extra | None]:
+    """The skeleton of a model-based ask: until ``n_initial`` trials (completed plus pending)
+    exist, points come from the study's Sobol ``stream``; the rest from ``model_points(X_pending,
+    k) -> (X: (k, d) snapped, details, extra)``, where ``X_pending`` holds the pending trials
+    plus this batch's Sobol points and NaN rows ask for a fallback. Rows equal (after snapping) to
+    an observed, pending, failed or earlier point are replaced by Sobol points.
+
+    Returns ``X: (count, d)``, the details, and the model's ``extra`` (``None`` when the model
+    was not asked).
+    """
+    space, d = problem.space, problem.d
+    n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
+    if d == 0:  # only fixed parameters: every point is the same empty point
+        n_sobol = count
+    taken = np.vstack([history.X, history.X_pending])
+    X = space.snap(sobol_points(problem, taken, n_sobol, stream))
+    details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
+    extra = None
+    if count > n_sobol:
+        X_model, model_details, extra = model_points(
+            np.vstack([history.X_pending, X]), count - n_sobol
+        )
+        X = np.vstack([X, X_model])
+        details += model_details
+    if d:
+        X = _replace_duplicates(problem, history, X, details, stream, rng)
+    return X.reshape(count, d), details, extra
 
 
 def _training_data(problem: Problem, history: History) -> tuple[np.ndarray, np.ndarray] | str:

@@ -69,13 +69,13 @@ from engines.gp import (
     _NUMERICAL_ERRORS,
     _fit_gp,
     _reference_point,
-    _replace_duplicates,
     _seeded,
     _training_data,
     _unfilled,
+    sobol_then_model,
 )
 from engines.metrics import hypervolume, non_dominated
-from engines.quasirandom import SobolStream, sobol_points
+from engines.quasirandom import SobolStream
 
 _STATE_VERSION = 1
 #: Particles in z = logit(x) stay within this bound (x within 3.4e-4 of a face).
@@ -144,29 +144,25 @@ class MWGDEngine:
         state: JSON,
         rng: np.random.Generator,
     ) -> Proposal:
-        space, d = problem.space, problem.d
-        stream = SobolStream.resume(d, state, rng)
+        stream = SobolStream.resume(problem.d, state, rng)
         last = dict(state["last"]) if isinstance(state.get("last"), dict) else None
-        particles = _stored_particles(state, d)
-
-        n_initial = self.n_initial if self.n_initial is not None else 2 * (d + 1)
-        n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
-        if d == 0:  # only fixed parameters: every point is the same empty point
-            n_sobol = count
-        taken = np.vstack([history.X, history.X_pending])
-        X = space.snap(sobol_points(problem, taken, n_sobol, stream))
-        details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
-        if count > n_sobol:
-            X_pending = np.vstack([history.X_pending, X])
-            X_model, model_details, summary, moved = self._model_points(
-                problem, history, X_pending, count - n_sobol, particles, stream, rng
-            )
-            X = np.vstack([X, X_model])
-            details += model_details
+        particles = _stored_particles(state, problem.d)
+        n_initial = self.n_initial if self.n_initial is not None else 2 * (problem.d + 1)
+        X, details, extra = sobol_then_model(
+            problem,
+            history,
+            count,
+            n_initial,
+            stream,
+            rng,
+            lambda X_pending, k: self._model_points(
+                problem, history, X_pending, k, particles, stream, rng
+            ),
+        )
+        if extra is not None:
+            summary, moved = extra
             last = summary or last
             particles = moved if moved is not None else particles
-        if d:
-            X = _replace_duplicates(problem, history, X, details, stream, rng)
         new_state = {
             "version": _STATE_VERSION,
             "seed": stream.seed,
@@ -174,7 +170,7 @@ class MWGDEngine:
             "particles": particles.tolist(),
             "last": last,
         }
-        return Proposal(X=X.reshape(count, d), state=new_state, details=details)
+        return Proposal(X=X, state=new_state, details=details)
 
     def _model_points(
         self,
@@ -185,14 +181,14 @@ class MWGDEngine:
         previous: np.ndarray,
         stream: SobolStream,
         rng: np.random.Generator,
-    ) -> tuple[np.ndarray, list[JSON], JSON | None, np.ndarray | None]:
-        """``count`` snapped points ``(count, d)``, their details, the ask's summary and the
+    ) -> tuple[np.ndarray, list[JSON], tuple[JSON | None, np.ndarray | None]]:
+        """``count`` snapped points ``(count, d)``, their details, and the ask's summary with the
         final particles ``(n, d)``; NaN rows (with a ``fallback`` reason) where the model gives
         no point."""
         m, d = problem.n_objectives, problem.d
         data = _training_data(problem, history)
         if isinstance(data, str):
-            return (*_unfilled(d, count, data), None, None)
+            return (*_unfilled(d, count, data), (None, None))
         X_train, targets = data
         feasible = np.all(targets[:, m:] <= 0.0, axis=1)
         Y_front = -targets[feasible][:, :m]
@@ -213,7 +209,8 @@ class MWGDEngine:
                 optimistic, deviation, log_pof = posterior.values(candidates)
                 believed = posterior.values(X_pending)[0] if len(X_pending) else X_pending[:, :0]
         except _NUMERICAL_ERRORS as exc:
-            return (*_unfilled(d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), None, None)
+            reason = f"{type(exc).__name__}: {str(exc)[:120]}"
+            return (*_unfilled(d, count, reason), (None, None))
 
         ref = -_reference_point(problem, targets).numpy() if m > 1 else None
         chosen, gains = select_batch(
@@ -248,7 +245,7 @@ class MWGDEngine:
         ]
         reason = "fewer distinct particles than asked"
         details += [{"source": "sobol", "fallback": reason} for _ in range(count - len(chosen))]
-        return X_new, details, summary, X_final
+        return X_new, details, (summary, X_final)
 
     def _move(self, posterior: Posterior, X0: np.ndarray) -> tuple[np.ndarray, list[wgd.StepInfo]]:
         """Run the particle dynamics from ``X0: (n, d)`` in the cube; the final positions and

@@ -130,13 +130,13 @@ from engines.gp import (
     _NUMERICAL_ERRORS,
     _fit_gp,
     _reference_point,
-    _replace_duplicates,
     _seeded,
     _training_data,
     _unfilled,
+    sobol_then_model,
 )
 from engines.metrics import non_dominated
-from engines.quasirandom import SobolStream, sobol_points
+from engines.quasirandom import SobolStream
 from engines.space import distinct_rows
 
 _STATE_VERSION = 1
@@ -211,34 +211,26 @@ class POMEngine:
         state: JSON,
         rng: np.random.Generator,
     ) -> Proposal:
-        space, d = problem.space, problem.d
-        stream = SobolStream.resume(d, state, rng)
+        stream = SobolStream.resume(problem.d, state, rng)
         last = dict(state["last"]) if isinstance(state.get("last"), dict) else None
-
-        n_initial = self.n_initial if self.n_initial is not None else 2 * (d + 1)
-        n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
-        if d == 0:  # only fixed parameters: every point is the same empty point
-            n_sobol = count
-        taken = np.vstack([history.X, history.X_pending])
-        X = space.snap(sobol_points(problem, taken, n_sobol, stream))
-        details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
-        if count > n_sobol:
-            X_pending = np.vstack([history.X_pending, X])
-            X_model, model_details, summary = self._model_points(
-                problem, history, X_pending, count - n_sobol, rng
-            )
-            X = np.vstack([X, X_model])
-            details += model_details
-            last = summary or last
-        if d:
-            X = _replace_duplicates(problem, history, X, details, stream, rng)
+        n_initial = self.n_initial if self.n_initial is not None else 2 * (problem.d + 1)
+        X, details, summary = sobol_then_model(
+            problem,
+            history,
+            count,
+            n_initial,
+            stream,
+            rng,
+            lambda X_pending, k: self._model_points(problem, history, X_pending, k, rng),
+        )
+        last = summary or last
         new_state = {
             "version": _STATE_VERSION,
             "seed": stream.seed,
             "index": stream.index,
             "last": last,
         }
-        return Proposal(X=X.reshape(count, d), state=new_state, details=details)
+        return Proposal(X=X, state=new_state, details=details)
 
     def _model_points(
         self,
