@@ -119,23 +119,30 @@ def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -
     return Lineage(trial=number, segments=chain[::-1])
 
 
-def _not_scheduler(spec: StudySpec, study_id: int) -> ApiError:
-    return invalid(
-        "not_a_scheduler_study",
-        f"study {study_id} uses engine {spec.engine.name!r}, which hands out no training units; "
-        "lineage and checkpoints exist for the schedulers (pbt, ipbt)",
-    )
+def _scheduler_rows(
+    store: Store, conn: Connection, tenant_id: int, study_id: int
+) -> tuple[StudySpec, list[Row], dict[int, list[Row]]]:
+    """The spec, unit trials and measurements of a scheduler study (``_unit_rows``).
+
+    Raises:
+        ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.
+    """
+    get_study_row(conn, tenant_id, study_id)
+    spec = store.spec(conn, study_id)
+    if not spec.engine.schedules_units:
+        raise invalid(
+            "not_a_scheduler_study",
+            f"study {study_id} uses engine {spec.engine.name!r}, which hands out no training "
+            "units; lineage and checkpoints exist for the schedulers (pbt, ipbt)",
+        )
+    return (spec, *_unit_rows(conn, study_id))
 
 
 def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage:
     """The units whose checkpoints led to trial ``number``, oldest first."""
 
     def fn(conn: Connection) -> Lineage:
-        get_study_row(conn, tenant_id, study_id)
-        spec = store.spec(conn, study_id)
-        if not spec.engine.schedules_units:
-            raise _not_scheduler(spec, study_id)
-        trials, measurements = _unit_rows(conn, study_id)
+        _, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         if number not in {t.number for t in trials}:
             raise not_found(f"unit trial {number} of study {study_id}")
         return _chain(trials, measurements, number)
@@ -151,11 +158,7 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
     """
 
     def fn(conn: Connection) -> Lineage:
-        get_study_row(conn, tenant_id, study_id)
-        spec = store.spec(conn, study_id)
-        if not spec.engine.schedules_units:
-            raise _not_scheduler(spec, study_id)
-        trials, measurements = _unit_rows(conn, study_id)
+        spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         best = best_unit(_units(trials, measurements, spec))
         if best is None:
             raise ApiError(404, "no_completed_unit", f"study {study_id} has no completed unit yet")
@@ -172,11 +175,7 @@ def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPubli
     Releasable: every other checkpoint; no unit will ever load it."""
 
     def fn(conn: Connection) -> CheckpointsPublic:
-        get_study_row(conn, tenant_id, study_id)
-        spec = store.spec(conn, study_id)
-        if not spec.engine.schedules_units:
-            raise _not_scheduler(spec, study_id)
-        trials, measurements = _unit_rows(conn, study_id)
+        spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         units = _units(trials, measurements, spec)
         state: dict[str, Any] = conn.execute(_ENGINE_STATE, {"study_id": study_id}).scalar_one()
         pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
