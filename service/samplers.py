@@ -36,16 +36,8 @@ def create_sampler(
     store: Store, tenant_id: int, body: SamplerCreate, idem: IdemKey | None
 ) -> Answer:
     """Raises: ApiError 422 ``invalid_sampler`` (init or bounds that do not fit)."""
-    X = _initial_positions(body)
     seed = body.seed if body.seed is not None else secrets.randbits(62)
-    if body.init.kind == "gaussian":
-        rng = np.random.default_rng(seed)
-        with np.errstate(over="ignore"):
-            X = X + body.init.scale * rng.standard_normal(X.shape)
-        if not np.all(np.isfinite(X)):
-            raise invalid("invalid_sampler", "init.loc and init.scale overflow the float range")
-        if body.bounds is not None:
-            X = np.clip(X, *body.bounds)
+    X = _initial_positions(body, seed)
 
     def run(conn: Connection) -> tuple[int, SamplerPublic]:
         now = utcnow()
@@ -97,11 +89,15 @@ def tell_sampler(
             )
         config = SamplerCreate.model_validate(row.config)
         shape = (config.n_targets, config.n_particles, config.dim)
-        grad = _array(body.grad_log_prob, shape, "grad_log_prob", "non_finite_gradient")
+        grad = _array(
+            body.grad_log_prob, shape, "grad_log_prob", "shape_mismatch", "non_finite_gradient"
+        )
         log_prob = (
             None
             if body.log_prob is None
-            else _array(body.log_prob, shape[:2], "log_prob", "non_finite_log_prob")
+            else _array(
+                body.log_prob, shape[:2], "log_prob", "shape_mismatch", "non_finite_log_prob"
+            )
         )
         with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
             particles, info = wgd.step(
@@ -192,9 +188,9 @@ def _row(conn: Connection, tenant_id: int, sampler_id: int, lock: bool = False) 
     return row
 
 
-def _initial_positions(body: SamplerCreate) -> np.ndarray:
-    """``(n_particles, dim)``: the given points, or the Gaussian's mean (noise added by the
-    caller). Raises: ApiError 422 ``invalid_sampler``."""
+def _initial_positions(body: SamplerCreate, seed: int) -> np.ndarray:
+    """``(n_particles, dim)``: the given points, or a draw of the Gaussian with ``seed``
+    (clipped to the bounds). Raises: ApiError 422 ``invalid_sampler``."""
     m, d = body.n_particles, body.dim
     if body.n_targets * m * d > MAX_TELL_NUMBERS:
         raise invalid(
@@ -211,7 +207,7 @@ def _initial_positions(body: SamplerCreate) -> np.ndarray:
     if body.bounds is not None and not body.bounds[0] < body.bounds[1]:
         raise invalid("invalid_sampler", f"bounds {list(body.bounds)}: low must be below high")
     if body.init.kind == "points":
-        X = _array(body.init.X, (m, d), "init.X", "invalid_sampler")
+        X = _array(body.init.X, (m, d), "init.X", "invalid_sampler", "invalid_sampler")
         if body.bounds is not None and (X.min() < body.bounds[0] or X.max() > body.bounds[1]):
             raise invalid("invalid_sampler", "init.X has points outside the bounds")
         return X
@@ -220,14 +216,20 @@ def _initial_positions(body: SamplerCreate) -> np.ndarray:
         raise invalid(
             "invalid_sampler", f"init.loc has {loc.shape[0]} numbers; give 1 or dim = {d}"
         )
-    return np.broadcast_to(loc, (m, d)).astype(np.float64)
+    with np.errstate(over="ignore"):
+        X = loc + body.init.scale * np.random.default_rng(seed).standard_normal((m, d))
+    if not np.all(np.isfinite(X)):
+        raise invalid("invalid_sampler", "init.loc and init.scale overflow the float range")
+    return X if body.bounds is None else np.clip(X, *body.bounds)
 
 
-def _array(value: Any, shape: tuple[int, ...], name: str, non_finite_code: str) -> np.ndarray:
+def _array(
+    value: Any, shape: tuple[int, ...], name: str, shape_code: str, non_finite_code: str
+) -> np.ndarray:
     """``value`` as a float64 array of ``shape``.
 
-    Raises: ApiError 422 ``shape_mismatch`` (``invalid_sampler`` for ``init.X``), or
-    ``non_finite_code`` naming the first NaN or infinite entry.
+    Raises: ApiError 422 ``shape_code`` for another shape or a ragged list, ``non_finite_code``
+    naming the first NaN or infinite entry.
     """
     try:
         array = np.asarray(value, dtype=np.float64)
@@ -235,8 +237,8 @@ def _array(value: Any, shape: tuple[int, ...], name: str, non_finite_code: str) 
         array = None
     if array is None or array.shape != shape:
         got = "a ragged list" if array is None else f"shape {list(array.shape)}"
-        code = "invalid_sampler" if name == "init.X" else "shape_mismatch"
-        raise invalid(code, f"{name} has {got}; expected shape {list(shape)}", expected=list(shape))
+        detail = f"{name} has {got}; expected shape {list(shape)}"
+        raise invalid(shape_code, detail, expected=list(shape))
     bad = np.argwhere(~np.isfinite(array))
     if len(bad):
         where = [int(i) for i in bad[0]]
