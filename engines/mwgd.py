@@ -190,10 +190,9 @@ class MWGDEngine:
         if isinstance(data, str):
             return (*_unfilled(d, count, data), (None, None))
         X_train, targets = data
-        feasible = np.all(targets[:, m:] <= 0.0, axis=1)
-        Y_front = -targets[feasible][:, :m]
-        Y_front = Y_front[non_dominated(Y_front)] if len(Y_front) else np.zeros((0, m))
-        front = X_train[feasible][non_dominated(-targets[feasible][:, :m])]
+        rows = np.flatnonzero(np.all(targets[:, m:] <= 0.0, axis=1))  # the feasible trials
+        rows = rows[non_dominated(-targets[rows, :m])]
+        Y_front, front = -targets[rows, :m], X_train[rows]
         n_particles = self.n_particles or min(max(64, 4 * count), _MAX_DEFAULT_PARTICLES)
         X0 = _initial_particles(previous, front, n_particles, stream, rng)
         try:
