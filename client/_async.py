@@ -23,7 +23,7 @@ from client._base import (
     split_results,
     worker_name,
 )
-from client._sync import Result, _as_lists
+from client._sync import Result
 from client.errors import ClientClosed, TransportError
 from client.models import (
     AskRequest,
@@ -35,10 +35,8 @@ from client.models import (
     MeasurementPublic,
     ReportRequest,
     SamplerAsk,
-    SamplerCreate,
     SamplerPublic,
     SamplerStep,
-    SamplerTell,
     StudyCreate,
     StudyExport,
     StudyPublic,
@@ -139,8 +137,7 @@ class AsyncClient:
 
     async def create_sampler(self, dim: int, n_targets: int, **fields: Any) -> AsyncSampler:
         """As ``Client.create_sampler``."""
-        spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
-        return AsyncSampler(self, await self.send(_calls.create_sampler(spec)))
+        return AsyncSampler(self, await self.send(_calls.create_sampler(dim, n_targets, fields)))
 
     async def get_sampler(self, sampler_id: int) -> AsyncSampler:
         return AsyncSampler(self, await self.send(_calls.get_sampler(sampler_id)))
@@ -369,12 +366,8 @@ class AsyncSampler:
         return await self.client.send(_calls.ask_sampler(self.id))
 
     async def tell(self, iteration: int, grad_log_prob: Any, log_prob: Any = None) -> SamplerStep:
-        req = SamplerTell(
-            iteration=iteration,
-            grad_log_prob=_as_lists(grad_log_prob),
-            log_prob=None if log_prob is None else _as_lists(log_prob),
-        )
-        return await self.client.send(_calls.tell_sampler(self.id, req))
+        call = _calls.tell_sampler(self.id, iteration, grad_log_prob, log_prob)
+        return await self.client.send(call)
 
     async def run(
         self, scores: Callable[[list[list[float]]], Any], iterations: int

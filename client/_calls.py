@@ -130,7 +130,8 @@ def import_study(export: StudyExport, name: str | None) -> Call[StudyPublic]:
     return Call("POST", "/v1/studies/import", _study, json=body(export), params=params)
 
 
-def create_sampler(spec: SamplerCreate) -> Call[SamplerPublic]:
+def create_sampler(dim: int, n_targets: int, fields: dict[str, Any]) -> Call[SamplerPublic]:
+    spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
     return Call("POST", "/v1/samplers", decoder(SamplerPublic), json=body(spec))
 
 
@@ -142,8 +143,20 @@ def ask_sampler(sampler_id: int) -> Call[SamplerAsk]:
     return Call("POST", f"/v1/samplers/{sampler_id}/ask", decoder(SamplerAsk))
 
 
-def tell_sampler(sampler_id: int, req: SamplerTell) -> Call[SamplerStep]:
+def tell_sampler(
+    sampler_id: int, iteration: int, grad_log_prob: Any, log_prob: Any
+) -> Call[SamplerStep]:
+    """Scores as nested lists or arrays (anything with ``tolist``)."""
+    req = SamplerTell(
+        iteration=iteration,
+        grad_log_prob=_as_lists(grad_log_prob),
+        log_prob=None if log_prob is None else _as_lists(log_prob),
+    )
     return Call("POST", f"/v1/samplers/{sampler_id}/tell", decoder(SamplerStep), json=body(req))
+
+
+def _as_lists(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def delete_sampler(sampler_id: int) -> Call[None]:

@@ -33,10 +33,8 @@ from client.models import (
     MeasurementPublic,
     ReportRequest,
     SamplerAsk,
-    SamplerCreate,
     SamplerPublic,
     SamplerStep,
-    SamplerTell,
     StudyCreate,
     StudyExport,
     StudyPublic,
@@ -157,8 +155,7 @@ class Client:
     def create_sampler(self, dim: int, n_targets: int, **fields: Any) -> Sampler:
         """Create a multi-target sampler; ``fields`` are other ``SamplerCreate`` fields
         (``n_particles``, ``algorithm``, ``kernel``, ``eta``, ``init``, ``bounds``, ``seed``...)."""
-        spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
-        return Sampler(self, self.send(_calls.create_sampler(spec)))
+        return Sampler(self, self.send(_calls.create_sampler(dim, n_targets, fields)))
 
     def get_sampler(self, sampler_id: int) -> Sampler:
         return Sampler(self, self.send(_calls.get_sampler(sampler_id)))
@@ -426,12 +423,8 @@ class Sampler:
 
     def tell(self, iteration: int, grad_log_prob: Any, log_prob: Any = None) -> SamplerStep:
         """Tell the scores at the positions of ``iteration`` (nested lists or arrays)."""
-        req = SamplerTell(
-            iteration=iteration,
-            grad_log_prob=_as_lists(grad_log_prob),
-            log_prob=None if log_prob is None else _as_lists(log_prob),
-        )
-        return self.client.send(_calls.tell_sampler(self.id, req))
+        call = _calls.tell_sampler(self.id, iteration, grad_log_prob, log_prob)
+        return self.client.send(call)
 
     def run(self, scores: Callable[[list[list[float]]], Any], iterations: int) -> SamplerPublic:
         """``iterations`` rounds of ask, ``scores(X)``, tell; ``scores`` returns the gradients
@@ -445,11 +438,6 @@ class Sampler:
 
     def delete(self) -> None:
         self.client.send(_calls.delete_sampler(self.id))
-
-
-def _as_lists(value: Any) -> Any:
-    """Arrays (anything with ``tolist``) as nested lists; lists as they are."""
-    return value.tolist() if hasattr(value, "tolist") else value
 
 
 class _Heartbeat:
