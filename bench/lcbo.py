@@ -67,7 +67,6 @@ import math
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -86,10 +85,14 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, BENCH_DIR)
 
 from scipy.stats import qmc  # noqa: E402
+from version import code_version  # noqa: E402
 
 from engines.base import History, Problem  # noqa: E402
 from engines.registry import make_engine  # noqa: E402
 from engines.space import FloatParam, SearchSpace  # noqa: E402
+
+#: The files whose changes make the reported code version "+dirty".
+CODE_PATHS = ("engines", "bench/lcbo.py", "bench/scbo.py")
 
 Q = 4
 METHODS = ["lcbo", "scbo", "tpe", "sobol"]
@@ -158,19 +161,6 @@ EST_S_PER_ASK: dict[str, dict[str, float]] = {
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def code_version() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", ROOT, *args], capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    try:
-        dirty = git("status", "--porcelain", "--", "engines", "bench/lcbo.py", "bench/scbo.py")
-        return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def seed_int(*parts: int) -> int:
@@ -424,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: (j[1] not in ("tpe", "sobol"), -estimate(j[0], j[1])))
     signal.signal(signal.SIGTERM, _interrupt)
     wall0 = time.perf_counter()
-    version = code_version()
+    version = code_version(*CODE_PATHS)
     total_est = sum(estimate(p, m) for p, m, _ in jobs)
     print(
         f"# bench/lcbo.py ({'quick' if args.quick else 'full'}), asktell {version}; Python "

@@ -44,7 +44,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +57,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydantic import TypeAdapter
+from version import code_version
 
 from client.models import Parameter
 from client.models import Unit as UnitDocument
@@ -66,6 +66,9 @@ from engines.registry import make_engine
 from engines.space import SearchSpace
 from examples.pbt_digits_worker import SEARCH_SPACE, Digits, DigitsTrainer
 from service.problem import to_param
+
+#: The files whose changes make the reported code version "+dirty".
+CODE_PATHS = ("engines", "service", "client", "examples", "bench/pbt.py")
 
 WORKERS = 2
 SEEDS = 3
@@ -207,23 +210,6 @@ def run_one(method: str, seed: int, population: int, t_max: int) -> dict[str, An
     return run_scheduler(method, seed, population, t_max)
 
 
-def code_version() -> str:
-    try:
-        root = Path(__file__).resolve().parents[1]
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except OSError:
-        return "unknown"
-
-
 def summary(values: list[float]) -> str:
     return f"{statistics.median(values):.4f} ({min(values):.4f}-{max(values):.4f})"
 
@@ -238,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or (1 if args.quick else SEEDS)
     methods = [m for m in METHODS if m in (args.methods.split(",") if args.methods else METHODS)]
     wall0 = time.perf_counter()
+    version = code_version(*CODE_PATHS)
     print(
-        f"# bench/pbt.py ({'quick' if args.quick else 'full'}), asktell {code_version()}; Python "
+        f"# bench/pbt.py ({'quick' if args.quick else 'full'}), asktell {version}; Python "
         f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, {WORKERS} workers x 1 torch thread, "
         f"load average {os.getloadavg()[0]:.2f}; P = {population}, t_max = {t_max}, "
         f"seeds {seeds}",
@@ -313,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "bench": "pbt",
-                "version": code_version(),
+                "version": version,
                 "quick": bool(args.quick),
                 "population": population,
                 "t_max": t_max,

@@ -102,7 +102,6 @@ import math
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -137,6 +136,7 @@ from gpytorch.mlls.sum_marginal_log_likelihood import SumMarginalLogLikelihood  
 from gpytorch.utils.warnings import GPInputWarning, NumericalWarning  # noqa: E402
 from pom_reference import SPECS, Evaluator, Spec, normalize_front, reference  # noqa: E402
 from scipy.stats import qmc  # noqa: E402
+from version import code_version  # noqa: E402
 
 from engines.base import History, Problem  # noqa: E402
 from engines.metrics import (  # noqa: E402
@@ -148,6 +148,9 @@ from engines.metrics import (  # noqa: E402
 )
 from engines.registry import make_engine  # noqa: E402
 from engines.space import FloatParam, SearchSpace  # noqa: E402
+
+#: The files whose changes make the reported code version "+dirty".
+CODE_PATHS = ("engines", "bench/pom.py")
 
 Q = 4
 #: Runs go to this many worker processes with one torch thread each (the machine has 2 cores).
@@ -206,25 +209,6 @@ EST_RUN_OVERHEAD_S = 0.5
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def code_version() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", ROOT, "status", "--porcelain", "--", "engines", "bench/pom.py"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
 
 
 def seed_int(*parts: int) -> int:
@@ -696,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_warnings()
     signal.signal(signal.SIGTERM, _interrupt)
     wall0 = time.perf_counter()
-    version = code_version()
+    version = code_version(*CODE_PATHS)
     est = plan_estimate(s)
     print(
         f"# bench/pom.py ({'quick' if s.quick else 'full'}), asktell {version}; Python "

@@ -42,7 +42,12 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from version import code_version  # noqa: E402
+
 from client import Client  # noqa: E402
+
+#: The files whose changes make the reported code version "+dirty".
+CODE_PATHS = ("service", "engines", "client")
 
 PG_ADMIN_URL = os.environ.get("ASKTELL_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 DIM = 10
@@ -138,26 +143,6 @@ class Resources:
                 print(f"warning: could not drop {self.databases}: {exc}", file=sys.stderr)
             self.databases.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def code_version() -> str:
-    """The commit the server code comes from, ``+dirty`` when its files differ from it."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "service", "engines", "client"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
 
 
 def free_port() -> int:
@@ -416,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     res = Resources()
     runs: dict[str, Run] = {}
-    version = code_version()
+    version = code_version(*CODE_PATHS)
     print(
         f"asktell {version}; server: `asktell serve --workers {args.workers}` (uvicorn, "
         f"{args.workers} worker process{'es' if args.workers > 1 else ''}); random engine, "

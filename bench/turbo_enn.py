@@ -106,10 +106,14 @@ sys.path.insert(0, str(BENCH))
 
 from _ennbo_run import HIGH, LOW, objective, timing_data  # noqa: E402
 from gp_turbo import FIT_FAILURES, GPTurbo, n_candidates  # noqa: E402
+from version import code_version  # noqa: E402
 
 from engines.base import History, Problem  # noqa: E402
 from engines.registry import make_engine  # noqa: E402
 from engines.space import FloatParam, SearchSpace  # noqa: E402
+
+#: The files whose changes make the reported code version "+dirty".
+CODE_PATHS = ("engines", "service")
 
 ENGINE = "turbo-enn"
 #: turbo-enn modes: label -> engine options.
@@ -177,25 +181,6 @@ def make_problem(d: int) -> Problem:
 def history_of(X: np.ndarray, y: np.ndarray) -> History:
     n, d = X.shape
     return History(X, y.reshape(n, 1), np.zeros((n, 0)), np.zeros((0, d)))
-
-
-def code_version() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "engines", "service"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
 
 
 # --- settings -----------------------------------------------------------------------------
@@ -875,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)  # the benchmark machine has 2 cores
     signal.signal(signal.SIGTERM, _interrupt)
     wall0 = time.perf_counter()
-    version = code_version()
+    version = code_version(*CODE_PATHS)
 
     est = plan_estimate(s)
     print(
