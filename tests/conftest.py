@@ -95,6 +95,19 @@ FLOAT_X = {"type": "float", "name": "x", "low": -5.0, "high": 5.0}
 FLOAT_Y = {"type": "float", "name": "y", "low": -5.0, "high": 5.0}
 
 
+#: Two objectives on (x, y) in FLOAT_X x FLOAT_Y (``segment_values``) whose Pareto set is the
+#: segment y = 0, 0 <= x <= 2; with references, so a study reports its hypervolume.
+SEGMENT_OBJECTIVES = [
+    {"name": "f1", "goal": "minimize", "reference": 60.0},
+    {"name": "f2", "goal": "minimize", "reference": 60.0},
+]
+
+
+def segment_values(params: dict[str, float]) -> dict[str, float]:
+    x, y = params["x"], params["y"]
+    return {"f1": x**2 + y**2, "f2": (x - 2) ** 2 + y**2}
+
+
 def study_body(name: str = "demo", **fields: object) -> dict[str, object]:
     body: dict[str, object] = {"name": name, "parameters": [FLOAT_X, FLOAT_Y]}
     body.update(fields)

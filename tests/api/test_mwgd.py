@@ -5,30 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.conftest import FLOAT_X, FLOAT_Y, study_body
+from tests.conftest import FLOAT_X, FLOAT_Y, SEGMENT_OBJECTIVES, segment_values, study_body
 
 OPTIONS = {"n_initial": 6, "n_particles": 32, "steps": 60}
-OBJECTIVES = [
-    {"name": "f1", "goal": "minimize", "reference": 60.0},
-    {"name": "f2", "goal": "minimize", "reference": 60.0},
-]
-
-
-def _values(params: dict[str, float]) -> dict[str, float]:
-    x, y = params["x"], params["y"]
-    return {"f1": x**2 + y**2, "f2": (x - 2) ** 2 + y**2}
 
 
 def test_a_two_objective_mwgd_study_asks_batches_near_the_pareto_set(client):
     study = client.create_study(
         "mwgd-demo",
         [FLOAT_X, FLOAT_Y],
-        objectives=OBJECTIVES,
+        objectives=SEGMENT_OBJECTIVES,
         engine={"name": "mwgd", "options": OPTIONS},
         seed=2,
     )
     for t in study.ask(count=6):
-        study.tell(t.number, _values(t.params))
+        study.tell(t.number, segment_values(t.params))
     distances = []
     for _ in range(2):
         batch = study.ask(count=4)
@@ -38,7 +29,7 @@ def test_a_two_objective_mwgd_study_asks_batches_near_the_pareto_set(client):
             # The Pareto set is the segment y = 0, 0 <= x <= 2 in a [-5, 5]^2 box.
             x, y = t.params["x"], t.params["y"]
             distances.append(np.hypot(x - min(max(x, 0.0), 2.0), y))
-            study.tell(t.number, _values(t.params))
+            study.tell(t.number, segment_values(t.params))
     assert np.median(distances) < 1.0  # a random point is about 3 away
     state = study.refresh().engine_state
     assert np.shape(state["particles"]) == (32, 2)
@@ -50,14 +41,14 @@ def test_a_two_objective_mwgd_study_asks_batches_near_the_pareto_set(client):
 def test_pending_trials_are_not_asked_twice(http):
     body = study_body(
         parameters=[FLOAT_X, FLOAT_Y],
-        objectives=OBJECTIVES,
+        objectives=SEGMENT_OBJECTIVES,
         engine={"name": "mwgd", "options": {**OPTIONS, "n_initial": 4}},
         seed=5,
     )
     sid = http.post("/v1/studies", json=body).json()["id"]
     for t in http.post(f"/v1/studies/{sid}/ask", json={"count": 4}).json()["trials"]:
         url = f"/v1/studies/{sid}/trials/{t['number']}/tell"
-        assert http.post(url, json={"values": _values(t["params"])}).status_code == 200
+        assert http.post(url, json={"values": segment_values(t["params"])}).status_code == 200
     first = http.post(f"/v1/studies/{sid}/ask", json={"count": 3}).json()["trials"]
     second = http.post(f"/v1/studies/{sid}/ask", json={"count": 3}).json()["trials"]
     points = {(t["params"]["x"], t["params"]["y"]) for t in first + second}
@@ -66,6 +57,8 @@ def test_pending_trials_are_not_asked_twice(http):
 
 
 def test_bad_mwgd_options_are_refused_at_creation(http):
-    body = study_body(objectives=OBJECTIVES, engine={"name": "mwgd", "options": {"eta": -1}})
+    body = study_body(
+        objectives=SEGMENT_OBJECTIVES, engine={"name": "mwgd", "options": {"eta": -1}}
+    )
     r = http.post("/v1/studies", json=body)
     assert r.status_code == 422 and r.json()["code"] == "invalid_engine"

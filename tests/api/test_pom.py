@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import FLOAT_X, FLOAT_Y, study_body
+from tests.conftest import FLOAT_X, FLOAT_Y, SEGMENT_OBJECTIVES, segment_values, study_body
 
 OPTIONS = {
     "n_initial": 4,
@@ -14,15 +14,6 @@ OPTIONS = {
     "num_features": 128,
     "refine_points": 32,
 }
-OBJECTIVES = [
-    {"name": "f1", "goal": "minimize", "reference": 60.0},
-    {"name": "f2", "goal": "minimize", "reference": 60.0},
-]
-
-
-def _values(params: dict[str, float]) -> dict[str, float]:
-    x, y = params["x"], params["y"]
-    return {"f1": x**2 + y**2, "f2": (x - 2) ** 2 + y**2}
 
 
 def _ask_and_tell(http, sid: int, count: int) -> list[dict]:
@@ -31,14 +22,14 @@ def _ask_and_tell(http, sid: int, count: int) -> list[dict]:
     trials = r.json()["trials"]
     for t in trials:
         url = f"/v1/studies/{sid}/trials/{t['number']}/tell"
-        assert http.post(url, json={"values": _values(t["params"])}).status_code == 200
+        assert http.post(url, json={"values": segment_values(t["params"])}).status_code == 200
     return trials
 
 
 def test_a_two_objective_pom_study_asks_distinct_batches_and_reports_coverage(http):
     body = study_body(
         parameters=[FLOAT_X, FLOAT_Y],
-        objectives=OBJECTIVES,
+        objectives=SEGMENT_OBJECTIVES,
         engine={"name": "pom", "options": OPTIONS},
         seed=4,
     )
@@ -63,7 +54,7 @@ def test_a_two_objective_pom_study_asks_distinct_batches_and_reports_coverage(ht
     for x in (0.0, 2.0):
         params = {"x": x, "y": 0.0}
         r = http.post(
-            f"/v1/studies/{sid}/trials", json={"params": params, "values": _values(params)}
+            f"/v1/studies/{sid}/trials", json={"params": params, "values": segment_values(params)}
         )
         assert r.status_code == 201, r.text
     best = http.get(f"/v1/studies/{sid}/best").json()
