@@ -23,22 +23,19 @@ log-normal prior [Hvarfner2024vanilla], inferred noise, standardized outcomes). 
 - Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by the smoothed
   feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
 
-A batch is built greedily: each point is optimized with the pending trials and the points already
-chosen as ``X_pending``, whose outcomes are sampled jointly.
+Our design (reasons in docs/engines/gp.md):
 
-Our choices. Categorical coordinates get a Hamming-distance kernel, summed with and multiplied by
-the continuous one (``MixedSingleTaskGP``, after [Ru2020cocabo]), and are optimized over their
-choices, never as rounded floats; linear integer and stepped coordinates with at most
-``max_discrete_levels`` levels are optimized over their levels, alternating discrete local search
-with L-BFGS (BoTorch's ``optimize_acqf_mixed_alternating``). Level ``k`` of ``L`` sits at
-``(k + 0.5) / L`` (``engines.space``), so models train on snapped points and the optimizer gets
-the cell centres. Other coordinates are optimized continuously, then snapped. The
-marginal-likelihood fit stops after 200 L-BFGS iterations, which bounds the ask latency. Without
-a given reference point, ``r`` is the nadir of the feasible observed Pareto front moved back by
-10 % of its range. Non-finite objective values count as the worst finite one, non-finite
-constraint values as violated. A point equal (after snapping) to an observed, pending or earlier
-point is replaced by a fresh Sobol point. A numerical failure of the fit or the optimizer falls
-back to Sobol points, said so in their details, rather than failing the ask.
+- Pending trials count toward ``n_initial``; a batch is optimized greedily with the pending
+  trials and the points already chosen as ``X_pending``.
+- Categorical coordinates get a Hamming kernel summed with and multiplied by the continuous one
+  (``MixedSingleTaskGP``, after [Ru2020cocabo]) and are optimized over their choices; integer
+  coordinates with at most ``max_discrete_levels`` levels over their levels (cell centres
+  ``(k + 0.5) / L``); other coordinates continuously, then snapped.
+- The fit stops after 200 L-BFGS iterations. Without a given reference point, ``r`` is the
+  nadir of the feasible observed front moved back by 10 % of its range. Non-finite objective
+  values count as the worst finite one, non-finite constraint values as violated.
+- Duplicates are replaced by fresh Sobol points; a numerical failure falls back to Sobol
+  points, said so in their details (``engines.bo``).
 
 References:
     [Rasmussen2006gpml] C. E. Rasmussen, C. K. I. Williams. Gaussian Processes for Machine
@@ -59,15 +56,10 @@ References:
 
 from __future__ import annotations
 
-import itertools
-import math
-import random
-import threading
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -75,33 +67,18 @@ from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
-from botorch.exceptions.errors import BotorchError, ModelFittingError
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
+from botorch.exceptions.errors import BotorchError
+from botorch.models import ModelListGP
 from botorch.models.model import Model
-from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
-from botorch.utils.multi_objective.hypervolume import infer_reference_point
-from botorch.utils.multi_objective.pareto import is_non_dominated
-from gpytorch.mlls import ExactMarginalLogLikelihood
 
+from engines import bo
 from engines.base import JSON, History, Problem, Proposal
-from engines.quasirandom import SobolStream, sobol_points
+from engines.quasirandom import SobolStream
 from engines.space import SearchSpace
 
-#: Failures that mean "the numerics did not work out on this data": fall back to Sobol.
-_NUMERICAL_ERRORS = (BotorchError, ModelFittingError, RuntimeError)
-#: A fully discrete space with at most this many cells is enumerated to replace duplicates.
-_MAX_ENUMERATED_CELLS = 100_000
-#: Seeding torch (and, for large categoricals, Python's ``random`` that BoTorch's mixed optimizer
-#: draws from) is process-global; asks in threads of one process take turns.
-_SEEDED_LOCK = threading.Lock()
-#: L-BFGS iterations of the marginal-likelihood fit: a flat likelihood (few points, many
-#: kernel hyperparameters) can take thousands for a negligible gain.
-_FIT_MAXITER = 200
 _STATE_VERSION = 1
-_REPLACED = "duplicate of an observed, pending or earlier point"
 
 
 @dataclass
@@ -143,26 +120,13 @@ class GPEngine:
             )
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         stream = SobolStream.resume(problem.d, state, rng)
         n_initial = self.n_initial if self.n_initial is not None else 2 * problem.d + 1
-        X, details, _ = sobol_then_model(
-            problem,
-            history,
-            count,
-            n_initial,
-            stream,
-            rng,
-            lambda X_pending, k: (*self._model_points(problem, history, X_pending, k, rng), None),
-        )
-        new_state = {"version": _STATE_VERSION, "seed": stream.seed, "index": stream.index}
-        return Proposal(X=X, state=new_state, details=details)
+        model = functools.partial(self._model_points, problem, history, rng=rng)
+        X, details, _ = bo.sobol_then_model(problem, history, count, n_initial, stream, rng, model)
+        return Proposal(X=X, state={"version": _STATE_VERSION, **stream.state()}, details=details)
 
     def _model_points(
         self,
@@ -171,25 +135,25 @@ class GPEngine:
         X_pending: np.ndarray,
         count: int,
         rng: np.random.Generator,
-    ) -> tuple[np.ndarray, list[JSON]]:
+    ) -> tuple[np.ndarray, list[JSON], None]:
         """``count`` points from the acquisition optimizer, ``(count, d)`` snapped, with details;
         points marked with NaN rows (and a ``fallback`` reason) when the model cannot be used.
 
         ``X_pending: (p, d)`` in [0, 1] are the pending trials plus the batch so far.
         """
         torch_seed = int(rng.integers(2**31))
-        data = _training_data(problem, history)
+        data = bo.training_data(problem, history)
         if isinstance(data, str):
-            return _unfilled(problem.d, count, data)
+            return (*bo.unfilled(problem.d, count, data), None)
         X_train, targets = data
         try:
-            with _seeded(torch_seed, _needs_python_random(problem.space)):
+            with bo.seeded(torch_seed, bo.needs_python_random(problem.space)):
                 X_new = self._optimize(problem, X_train, targets, X_pending, count)
-        except _NUMERICAL_ERRORS as exc:
-            return _unfilled(problem.d, count, f"{type(exc).__name__}: {str(exc)[:120]}")
+        except bo.NUMERICAL_ERRORS as exc:
+            return (*bo.unfilled(problem.d, count, bo.failure(exc)), None)
         acquisition = "qLogNEI" if problem.n_objectives == 1 else "qLogNEHVI"
         detail = {"source": "gp", "acquisition": acquisition, "n_observations": len(X_train)}
-        return problem.space.snap(X_new), [dict(detail) for _ in range(count)]
+        return problem.space.snap(X_new), [dict(detail) for _ in range(count)], None
 
     def _optimize(
         self,
@@ -210,7 +174,7 @@ class GPEngine:
             j for j, dim in enumerate(problem.space.dimensions) if dim.kind == "categorical"
         ]
         tX = torch.as_tensor(X_train, dtype=torch.float64)
-        models = [_fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
+        models = [bo.fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
         model: Model = models[0] if len(models) == 1 else ModelListGP(*models)
         pending = torch.as_tensor(X_pending, dtype=torch.float64) if len(X_pending) else None
         common: dict[str, Any] = {
@@ -224,7 +188,7 @@ class GPEngine:
             first = GenericMCObjective(_objective0) if k else None
             acq = qLogNoisyExpectedImprovement(model, objective=first, **common)
         else:
-            ref_point = _reference_point(problem, targets)
+            ref_point = bo.reference_point(problem, targets)
             firsts = IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None
             acq = qLogNoisyExpectedHypervolumeImprovement(
                 model, ref_point=ref_point, objective=firsts, **common
@@ -249,92 +213,6 @@ class GPEngine:
         return np.clip(X_new, 0.0, 1.0)
 
 
-Extra = TypeVar("Extra")
-
-
-def sobol_then_model(
-    problem: Problem,
-    history: History,
-    count: int,
-    n_initial: int,
-    stream: SobolStream,
-    rng: np.random.Generator,
-    model_points: Callable[[np.ndarray, int], tuple[np.ndarray, list[JSON], Extra]],
-) -> tuple[np.ndarray, list[JSON], Extra | None]:
-    """The skeleton of a model-based ask: until ``n_initial`` trials (completed plus pending)
-    exist, points come from the study's Sobol ``stream``; the rest from ``model_points(X_pending,
-    k) -> (X: (k, d) snapped, details, extra)``, where ``X_pending`` holds the pending trials
-    plus this batch's Sobol points and NaN rows ask for a fallback. Rows equal (after snapping) to
-    an observed, pending, failed or earlier point are replaced by Sobol points.
-
-    Returns ``X: (count, d)``, the details, and the model's ``extra`` (``None`` when the model
-    was not asked).
-    """
-    space, d = problem.space, problem.d
-    n_sobol = min(count, max(0, n_initial - history.n - len(history.X_pending)))
-    if d == 0:  # only fixed parameters: every point is the same empty point
-        n_sobol = count
-    taken = np.vstack([history.X, history.X_pending])
-    X = space.snap(sobol_points(problem, taken, n_sobol, stream))
-    details: list[JSON] = [{"source": "sobol"} for _ in range(n_sobol)]
-    extra = None
-    if count > n_sobol:
-        X_model, model_details, extra = model_points(
-            np.vstack([history.X_pending, X]), count - n_sobol
-        )
-        X = np.vstack([X, X_model])
-        details += model_details
-    if d:
-        X = _replace_duplicates(problem, history, X, details, stream, rng)
-    return X.reshape(count, d), details, extra
-
-
-def _training_data(problem: Problem, history: History) -> tuple[np.ndarray, np.ndarray] | str:
-    """``(X: (n, d) snapped, targets: (n, m + k))`` with ``targets = [-Y, C]`` made finite,
-    or the reason the model cannot be fitted."""
-    if history.n < 2:
-        return "fewer than 2 completed trials"
-    columns = []
-    for j in range(problem.n_objectives):
-        y = history.Y[:, j]
-        finite = np.isfinite(y)
-        if finite.sum() < 2:
-            return f"objective {j} has fewer than 2 finite values"
-        columns.append(-np.where(finite, y, y[finite].max()))
-    for i in range(problem.n_constraints):
-        c = history.C[:, i]
-        finite = np.isfinite(c)
-        if finite.any():
-            worst = max(c[finite].max(), 0.0) + max(float(np.ptp(c[finite])), 1.0)
-        else:
-            worst = 1.0
-        columns.append(np.where(finite, c, worst))
-    return problem.space.snap(history.X), np.stack(columns, axis=1)
-
-
-def _fit_gp(
-    X: torch.Tensor,
-    y: np.ndarray,
-    cat_dims: list[int],
-    maxiter: int = _FIT_MAXITER,
-    start: Callable[[SingleTaskGP], None] | None = None,
-) -> SingleTaskGP:
-    """A GP on ``X: (n, d)`` and ``y: (n,)``, hyperparameters by maximum marginal likelihood
-    (at most ``maxiter`` L-BFGS iterations, from the hyperparameters ``start`` sets on the new
-    model, when given)."""
-    Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
-    model: SingleTaskGP
-    if cat_dims:
-        model = MixedSingleTaskGP(X, Y, cat_dims=cat_dims, outcome_transform=Standardize(m=1))
-    else:
-        model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=1))
-    if start is not None:
-        start(model)
-    mll = ExactMarginalLogLikelihood(model.likelihood, model)
-    fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
-    return model
-
-
 def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
     """The objective output of ``samples: (..., q, 1 + k)``."""
     return samples[..., 0]
@@ -343,19 +221,6 @@ def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.T
 def _column(i: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """The constraint callable for output ``i``: feasible when ``samples[..., i] <= 0``."""
     return lambda samples: samples[..., i]
-
-
-def _reference_point(problem: Problem, targets: np.ndarray) -> torch.Tensor:
-    """The reference point ``(m,)`` in the maximization orientation of the models.
-
-    ``targets: (n, m + k)``, the first ``m`` columns are ``-Y``.
-    """
-    if problem.reference_point is not None:
-        return torch.as_tensor(-problem.reference_point, dtype=torch.float64)
-    m = problem.n_objectives
-    feasible = np.all(targets[:, m:] <= 0.0, axis=1)
-    Y = torch.as_tensor(targets[feasible if feasible.any() else slice(None), :m])
-    return infer_reference_point(Y[is_non_dominated(Y)])
 
 
 def _domain(
@@ -381,88 +246,3 @@ def _domain(
         bounds[:, j] = values[0], values[-1]
         (cats if dim.kind == "categorical" else discrete)[j] = values
     return bounds, discrete, cats, fixed
-
-
-def _needs_python_random(space: SearchSpace) -> bool:
-    # BoTorch's mixed optimizer samples the neighbours of categoricals with more than 20 choices
-    # with Python's global ``random``.
-    return any(dim.kind == "categorical" and (dim.levels or 0) > 20 for dim in space.dimensions)
-
-
-@contextmanager
-def _seeded(seed: int, python_random: bool) -> Iterator[None]:
-    """Run with torch (and optionally Python's ``random``) seeded, restoring both afterwards."""
-    with _SEEDED_LOCK, torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module=r"botorch|gpytorch|linear_operator")
-        torch.manual_seed(seed)
-        saved = random.getstate() if python_random else None
-        if python_random:
-            random.seed(seed)
-        try:
-            yield
-        finally:
-            if saved is not None:
-                random.setstate(saved)
-
-
-def _unfilled(d: int, count: int, reason: str) -> tuple[np.ndarray, list[JSON]]:
-    """``count`` NaN rows, ``(count, d)``, to be filled with Sobol points, and their details."""
-    details: list[JSON] = [{"source": "sobol", "fallback": reason} for _ in range(count)]
-    return np.full((count, d), np.nan), details
-
-
-def _replace_duplicates(
-    problem: Problem,
-    history: History,
-    X: np.ndarray,
-    details: list[JSON],
-    stream: SobolStream,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Fill NaN rows of ``X: (count, d)`` and replace rows equal (after snapping) to an observed,
-    pending, failed or earlier row by fresh Sobol points; updates ``details`` and returns the new
-    X.
-
-    In a fully discrete space that Sobol fails to cover, a free cell is drawn uniformly; when
-    every cell is taken, duplicates remain.
-    """
-    space = problem.space
-    X = X.copy()
-    rows = list(space.snap(np.vstack([history.X, history.X_pending, history.X_failed])))
-    taken = {_key(row) for row in rows}
-    for i in range(len(X)):
-        fill = bool(np.isnan(X[i]).any())
-        if fill or _key(X[i]) in taken:
-            X[i] = space.snap(
-                sobol_points(problem, np.array(rows).reshape(-1, space.d), 1, stream)
-            )[0]
-            if not fill:
-                details[i] = {"source": "sobol", "replaced": _REPLACED}
-        if _key(X[i]) in taken:
-            free = _free_cell(space, taken, rng)
-            if free is None:
-                details[i] = {**details[i], "duplicate": "no free value left in the space"}
-            else:
-                X[i], details[i] = free, {**details[i], "source": "uniform"}
-        rows.append(X[i])
-        taken.add(_key(X[i]))
-    return X
-
-
-def _key(x: np.ndarray) -> bytes:
-    """A hashable key of a snapped point ``x: (d,)`` (``+ 0.0`` turns -0.0 into 0.0)."""
-    return (np.asarray(x, dtype=np.float64) + 0.0).tobytes()
-
-
-def _free_cell(
-    space: SearchSpace, taken: set[bytes], rng: np.random.Generator
-) -> np.ndarray | None:
-    """A uniformly drawn cell centre ``(d,)`` not in ``taken``, if the space is fully discrete and
-    small enough to enumerate; otherwise or when all cells are taken, ``None``."""
-    levels = [dim.levels for dim in space.dimensions]
-    if any(n is None for n in levels) or math.prod(n or 1 for n in levels) > _MAX_ENUMERATED_CELLS:
-        return None
-    axes = [[(i + 0.5) / (n or 1) for i in range(n or 1)] for n in levels]
-    cells = space.snap(np.array(list(itertools.product(*axes)), dtype=np.float64))
-    free = [cell for cell in cells if _key(cell) not in taken]
-    return free[int(rng.integers(len(free)))] if free else None

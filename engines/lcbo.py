@@ -1,82 +1,33 @@
 """The ``lcbo`` engine: local constrained Bayesian optimization for high dimensions.
 
-Problem: minimize ``f(x)`` subject to ``c_j(x) <= 0`` (``j = 1..k``) over ``x`` in ``[0, 1]^d``,
-every function a black box.
-
+Problem: minimize ``f(x)`` subject to ``c_j(x) <= 0`` over ``[0, 1]^d``, all black boxes.
 Method, after [Jing2026lcbo] (no code is public; the design is ours, built on GIBO
-[Muller2021gibo], MinUCB and SCBO [Eriksson2021scbo]). One local search at a time, around an
-*iterate* ``x_t``, which is always an observed point:
+[Muller2021gibo] and SCBO [Eriksson2021scbo]): one local search at a time around an observed
+*iterate* ``x_t``. Independent GPs for ``f`` and each ``c_j`` on the ``local_points``
+observations nearest to ``x_t`` (``engines.local_gp``), with pessimistic scaled constraints
+``u_j = (mu_cj + beta sigma_cj) / s_j`` and the merit::
 
-- Local models. Independent GPs for ``f`` and each ``c_j`` (the ``gp`` engine's: constant mean,
-  RBF kernel with per-dimension lengthscales under a dimension-scaled log-normal prior, inferred
-  noise, standardized outcomes), on the ``local_points`` observations nearest to ``x_t``
-  (default ``max(100, 2 d)``), so an ask costs the same at 1,000 or 50,000 observations. In
-  standardized units, with data ``(X, y)``, noise ``s2`` and constant ``m``::
+    Phi(x) = mu_f(x) + rho sum_j softplus_tau(u_j(x))       (while x_t is infeasible:
+    Phi_0(x) = sum_j softplus_tau(u_j(x)))
 
-      mu(x) = m + k(x, X) (K + s2 I)^-1 (y - m)
-      sigma^2(x) = k(x, x) - k(x, X) (K + s2 I)^-1 k(X, x)
-
-  A constraint is scaled by its local standard deviation ``s_j`` but not centred (its zero
-  threshold matters): ``u_j(x) = (mu_cj(x) + beta sigma_cj(x)) / s_j``.
-- Merit, the penalized surrogate, with ``mu_f`` standardized::
-
-      Phi(x) = mu_f(x) + rho sum_j softplus_tau(u_j(x)),   softplus_tau(u) = tau log(1 + e^(u/tau))
-
-  While the iterate is infeasible it is the smooth total violation
-  ``Phi_0(x) = sum_j softplus_tau(u_j(x))`` (SCBO minimizes violation first too). Gradients come
-  from torch autograd through the posterior.
-- Descent point: ``x+ = argmin Phi`` over the box ``B(x_t) = [x_t - delta, x_t + delta]``
-  clipped to the cube, by L-BFGS-B from ``x_t`` and from the best candidate points by ``Phi``.
-- Exploration points: the batch's other points maximize, greedily, the gradient information of
-  the merit at the anchor ``x+``: with the conditioning set ``A`` (local data, pending trials,
-  the batch so far; no values needed, so no fantasies), ``G = dk(x+, A)/dx+`` and
-  ``g(z) = dk(x+, z)/dx+``, one GP's trace reduction is::
+- Descent point ``x+ = argmin Phi`` over the box ``[x_t - delta, x_t + delta]`` (L-BFGS-B).
+- Exploration points maximize, greedily, the gradient information at ``x+``, summed over the
+  GPs with the squared weights of the merit's linearization::
 
       tr Sigma_grad(x+ | A) - tr Sigma_grad(x+ | A + z) = ||G M k(A, z) - g(z)||^2 / v(z)
-      M = (K_A + s2 I)^-1,   v(z) = k(z, z) + s2 - k(z, A) M k(A, z)
 
-  summed over the GPs with the squared weights of the merit's linearization,
-  ``w_f = 1, w_j = rho sigmoid(u_j(x+) / tau)`` (feasibility phase: ``w_f = 0``,
-  ``w_j = sigmoid(u_j(x+) / tau)``). Candidates: points of ``B(x+)`` that differ from ``x+`` in
-  a random subset of coordinates (each with probability ``min(20 / d, 1)``).
-- Accept: after each batch the iterate becomes the best new observation if it beats ``x_t`` in
-  the order "less total violation ``sum_j max(c_j, 0)``, then lower ``f``". No trust region
-  shrinks on failures; ``delta`` stays fixed.
-- Penalty: ``rho`` (in standardized units, so it does not depend on the units of ``f``) is
-  kept at least ``2 max_j lambda_j``, the exact-penalty threshold; three batches in a row that
-  found a lower ``f`` only at infeasible points raise it tenfold (at most ``max_penalty``).
-- KKT residual at ``x_t``, from the posterior-mean gradients (standardized units): with
-  multipliers ``lambda >= 0`` from non-negative least squares over the near-active constraints
-  (``u_j >= -0.1``) and the active box bounds (``mu``),
-  ``r_KKT = ||grad mu_f + J_c^T lambda + bounds|| + sum_j |lambda_j c_j| + sum_j max(c_j, 0)``.
-- Restart: when the iterate has not improved in ``restart_patience`` evaluations (default
-  ``max(40, 4 d)``), or when ``r_KKT`` and the gradient's posterior standard deviation are both
-  below ``kkt_tol`` (converged), a new local search starts from a fresh Sobol design of
-  ``n_initial`` points. The study's history, and so its best, is kept.
-- Failed and infeasible trials (told without values, ``History.X_failed``) are not modelled:
-  each counts as one evaluation without improvement, so a region where evaluations keep
-  failing is left by a restart, and a descent point equal to one (after snapping) is left out.
+- Accept the best new observation when it beats ``x_t`` in the order "less total violation,
+  then lower ``f``". ``rho >= 2 max_j lambda_j`` (exact penalty), tenfold after three batches
+  that improved ``f`` only at infeasible points. Restart with a fresh Sobol design after
+  ``restart_patience`` evaluations without improvement, or when the KKT residual
+  ``||grad mu_f + J^T lambda + bounds|| + sum_j |lambda_j c_j| + sum_j max(c_j, 0)`` and the
+  gradient's posterior deviation are both below ``kkt_tol``.
 
-Our choices, where they differ from the research notes (``research/bo-engines.md`` section 4):
-
-- The exploration is anchored at the descent point ``x+``, not at ``x_t``: in a batch the two
-  are evaluated together, and the next iterate is most often ``x+``, whose gradient the
-  exploration points then inform; anchored at ``x_t`` they would describe a point left behind.
-- The iterate is the best observation in the feasibility-first order (any new point of the
-  batch, not only ``x+``) rather than the best by observed merit: the order cannot prefer an
-  infeasible point with a low ``f``, and it is what the study reports as best.
-- The constraints enter the merit pessimistically (``mu + beta sigma``, ``beta = 1``) and ``f`` by
-  its mean: descent stays on the side of the boundary the data support, and approaches it as
-  local data shrink ``sigma``.
-- ``q = 1`` alternates a descent ask and an exploration ask; a batch holds one descent point
-  and ``q - 1`` exploration points. A descent point equal to a pending or observed point is
-  left out, and its slot explores.
-- The hyperparameters of each GP are kept in the state and start the next fit, which then
-  needs few iterations (30 instead of 100 cold): a d = 100 ask stays within about a second.
-
-Points are in the unit cube; integer and categorical coordinates are treated as continuous and
-snapped (categoricals by index). Single objective only: a multi-objective study gets
-``EngineUnsupported``. A numerical failure falls back to Sobol points, said so in the details.
+Our design (reasons in docs/engines/lcbo.md): exploration anchored at ``x+``, not ``x_t``;
+the iterate by feasibility-first order, not by observed merit; constraints pessimistic, ``f`` by
+its mean; ``q = 1`` alternates descent and exploration asks; the GP hyperparameters kept in the
+state to warm-start the next fit (30 iterations instead of 100); failed trials count as stalls.
+Single objective only (``EngineUnsupported`` otherwise); numerical failures fall back to Sobol.
 
 References:
     [Jing2026lcbo] J. Jing, Z. Fan, S. H. Ng, Q. Hu. Local constrained Bayesian optimization.
@@ -90,36 +41,24 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from botorch.models import SingleTaskGP
-from linear_operator.utils.cholesky import psd_safe_cholesky
-from scipy.optimize import minimize, nnls
+from scipy.optimize import minimize
 
+from engines import bo
 from engines.base import JSON, History, Problem, Proposal, check_option_ranges
 from engines.errors import EngineUnsupported
-from engines.gp import (
-    _NUMERICAL_ERRORS,
-    _fit_gp,
-    _replace_duplicates,
-    _seeded,
-    _training_data,
-    _unfilled,
-)
-from engines.quasirandom import SobolStream, sobol_points
+from engines.local_gp import LocalGP, Merit, kkt_at, warm_start
+from engines.local_search import initial_design, parse_state, perturbation_mask
+from engines.quasirandom import SobolStream
 
 _STATE_VERSION = 1
 _PHASES = ("initial", "feasibility", "optimize")
 #: L-BFGS iterations of a GP fit from the default hyperparameters and from the last ones.
 _FIT_MAXITER_COLD, _FIT_MAXITER_WARM = 100, 30
-#: A constraint takes part in the multipliers when ``u_j >= -_ACTIVE`` (standardized units).
-_ACTIVE = 0.1
-#: A coordinate this close to 0 or 1 is on its bound.
-_AT_BOUND = 1e-6
 #: Batches in a row that improve ``f`` only at infeasible points before ``rho`` grows tenfold.
 _OVERSHOOTS = 3
 
@@ -150,16 +89,8 @@ class LCBOState:
 
     @classmethod
     def parse(cls, state: JSON, history: History) -> LCBOState | None:
-        try:
-            st = cls(**state)
-        except TypeError:
-            return None
-        ints = [st.version, st.seed, st.index, st.generation, st.region_start, st.n_seen]
-        ints += [st.n_failed_seen]
-        ints += [st.n_init_given, st.model_asks, st.stall, st.overshoots]
-        if not all(type(v) is int and v >= 0 for v in ints) or st.version != _STATE_VERSION:
-            return None
-        if not st.region_start <= st.n_seen <= history.n or st.phase not in _PHASES:
+        st = parse_state(cls, state, history, _STATE_VERSION)
+        if st is None or st.phase not in _PHASES:
             return None
         row = st.iterate_row
         if row is not None and not (type(row) is int and st.region_start <= row < st.n_seen):
@@ -241,12 +172,7 @@ class LCBOEngine:
             raise ValueError("need 0 < temperature <= 10, 0 <= beta <= 10 and kkt_tol >= 0")
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         if problem.n_objectives > 1:
             raise EngineUnsupported("lcbo optimizes one objective; use 'pom' or 'gp' for several")
@@ -257,20 +183,18 @@ class LCBOEngine:
             st = self._restart(st, history)
         stream = SobolStream(d, st.seed, st.index)
 
-        n_sobol = count if d == 0 else min(count, max(0, self._n_initial(d) - st.n_init_given))
-        if st.iterate_row is None:  # nothing told in this local search yet
-            n_sobol = count
-        X = sobol_points(problem, history.X_pending, n_sobol, stream)
-        details: list[JSON] = [
-            {"source": "sobol", "generation": st.generation} for _ in range(n_sobol)
-        ]
+        # Without an iterate (nothing told in this local search yet) the batch is all Sobol.
+        n_left = self._n_initial(d) - st.n_init_given
+        started = st.iterate_row is not None
+        X, details = initial_design(problem, history, count, n_left, started, stream, st.generation)
+        n_sobol = len(X)
         if count > n_sobol:
             X_model, model_details, st = self._model_points(
                 problem, history, st, np.vstack([history.X_pending, X]), count - n_sobol, rng
             )
             X, details = np.vstack([X, X_model]), details + model_details
         if d:
-            X = _replace_duplicates(problem, history, problem.space.snap(X), details, stream, rng)
+            X = bo.replace_duplicates(problem, history, problem.space.snap(X), details, stream, rng)
         st = replace(st, index=stream.index, n_init_given=st.n_init_given + n_sobol)
         return Proposal(X=X.reshape(count, d), state=asdict(st), details=details)
 
@@ -373,9 +297,9 @@ class LCBOEngine:
 
         ``X_pending: (p, d)`` are the pending trials plus the Sobol points of this batch.
         """
-        data = _training_data(problem, history)
+        data = bo.training_data(problem, history)
         if isinstance(data, str):
-            return (*_unfilled(problem.d, count, data), st)
+            return (*bo.unfilled(problem.d, count, data), st)
         X_all, targets = data
         assert st.iterate_row is not None
         x_t = X_all[st.iterate_row]
@@ -385,7 +309,7 @@ class LCBOEngine:
         columns = np.column_stack([-targets[local, 0], targets[local, 1:]])
         feasibility = problem.n_constraints > 0 and (st.iterate_violation or 0.0) > 0.0
         try:
-            with _seeded(int(rng.integers(2**31)), False):
+            with bo.seeded(int(rng.integers(2**31)), False):
                 models = self._fit(X_all[local], columns, st.hyperparameters)
                 result = self._propose(
                     models,
@@ -398,8 +322,8 @@ class LCBOEngine:
                     problem.space.snap,
                     rng,
                 )
-        except _NUMERICAL_ERRORS as exc:
-            return (*_unfilled(problem.d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), st)
+        except bo.NUMERICAL_ERRORS as exc:
+            return (*bo.unfilled(problem.d, count, bo.failure(exc)), st)
         X, roles, penalty, kkt, gradient_std = result
         phase = "feasibility" if feasibility else "optimize"
         detail = {"source": "lcbo", "phase": phase, "generation": st.generation}
@@ -425,9 +349,9 @@ class LCBOEngine:
         tX = torch.as_tensor(X, dtype=torch.float64)
         models = []
         for i in range(n_models):
-            start = _warm_start(warm[i]) if usable and warm is not None else None
+            start = warm_start(warm[i]) if usable and warm is not None else None
             maxiter = _FIT_MAXITER_WARM if start else _FIT_MAXITER_COLD
-            models.append(LocalGP(_fit_gp(tX, columns[:, i], [], maxiter, start)))
+            models.append(LocalGP(bo.fit_gp(tX, columns[:, i], [], maxiter, start)))
         return models
 
     def _propose(
@@ -521,165 +445,7 @@ class LCBOEngine:
         M = self.n_candidates or min(2000, max(500, 50 * d))
         lower, upper = np.clip(centre - self.step, 0, 1), np.clip(centre + self.step, 0, 1)
         values = lower + (upper - lower) * rng.random((M, d))
-        mask = rng.random((M, d)) < min(20.0 / d, 1.0)
-        empty = np.flatnonzero(~mask.any(axis=1))
-        mask[empty, rng.integers(0, d, len(empty))] = True
-        return np.where(mask, values, centre)
-
-
-class LocalGP:
-    """A fitted GP in standardized units: its posterior, with gradients by autograd, and the
-    gradient information of extra points (module docstring)."""
-
-    def __init__(self, model: SingleTaskGP) -> None:
-        model.eval()
-        self.kernel = model.covar_module
-        self.X: torch.Tensor = model.train_inputs[0].detach()
-        self.noise = float(model.likelihood.noise.detach().reshape(-1)[0])
-        self.constant = float(model.mean_module.constant.detach().reshape(-1)[0])
-        transform: Any = model.outcome_transform
-        #: Standardization of the outputs: ``value = offset + scale * standardized``.
-        self.offset = float(transform.means.reshape(-1)[0])
-        self.scale = float(transform.stdvs.reshape(-1)[0])
-        with torch.no_grad():
-            K = self.k(self.X, self.X) + self.noise * torch.eye(len(self.X), dtype=self.X.dtype)
-            self.L = psd_safe_cholesky(K)
-            resid = (model.train_targets.detach() - self.constant).unsqueeze(-1)
-            self.alpha = torch.cholesky_solve(resid, self.L).squeeze(-1)
-
-    def k(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        return self.kernel(A, B).to_dense()
-
-    def mean(self, Z: torch.Tensor) -> torch.Tensor:
-        """Standardized posterior mean at ``Z: (s, d)``, ``(s,)``."""
-        return self.constant + self.k(Z, self.X) @ self.alpha
-
-    def std(self, Z: torch.Tensor) -> torch.Tensor:
-        """Standardized posterior standard deviation at ``Z: (s, d)``, ``(s,)``."""
-        V = torch.linalg.solve_triangular(self.L, self.k(self.X, Z), upper=False)
-        prior = self.kernel(Z, Z, diag=True)
-        return (prior - (V * V).sum(0)).clamp_min(1e-12).sqrt()
-
-    def hyperparameters(self) -> list[float]:
-        """Log lengthscales, then log noise, rounded for the JSON state."""
-        lengthscale = self.kernel.lengthscale.detach().reshape(-1)
-        values = [*lengthscale.log().tolist(), math.log(self.noise)]
-        return [round(v, 4) for v in values]
-
-    def gradient_information(
-        self, anchor: torch.Tensor, A: torch.Tensor, Z: torch.Tensor
-    ) -> torch.Tensor:
-        """``tr Sigma_grad(anchor | A) - tr Sigma_grad(anchor | A + z)`` for each row ``z`` of
-        ``Z: (m, d)``, ``(m,)``; ``A: (a, d)`` is the conditioning set (no values needed)."""
-        L, W = self._conditioning(anchor, A)
-        V = torch.linalg.solve_triangular(L, self.k(A, Z), upper=False)
-        u = W.T @ V - self._kernel_gradient(anchor, Z).T
-        variance = self.kernel(Z, Z, diag=True) + self.noise - (V * V).sum(0)
-        return (u * u).sum(0) / variance.clamp_min(1e-12)
-
-    def gradient_trace(self, anchor: torch.Tensor, A: torch.Tensor) -> float:
-        """``tr Sigma_grad(anchor | A)``: the posterior variance of the gradient, summed."""
-        _, W = self._conditioning(anchor, A)
-        r = torch.zeros_like(anchor, requires_grad=True)
-        k = self.k(anchor[None, :], (anchor + r)[None, :]).reshape(())
-        (g,) = torch.autograd.grad(k, r, create_graph=True)
-        # For a stationary kernel, d2 k(a, b) / da_i db_i at b = a is -d2 k(a, a + r) / dr_i2.
-        prior = -sum(
-            float(torch.autograd.grad(g[i], r, retain_graph=True)[0][i]) for i in range(len(r))
-        )
-        return prior - float((W * W).sum().detach())
-
-    def _conditioning(
-        self, anchor: torch.Tensor, A: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Cholesky factor ``L`` of ``K_A + s2 I`` and ``W = L^-1 G``, ``G = dk(anchor, A)``."""
-        K = self.k(A, A) + self.noise * torch.eye(len(A), dtype=A.dtype)
-        L = psd_safe_cholesky(K)
-        W = torch.linalg.solve_triangular(L, self._kernel_gradient(anchor, A), upper=False)
-        return L, W
-
-    def _kernel_gradient(self, anchor: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
-        """``(m, d)``: row ``i`` is ``dk(anchor, z_i) / d anchor``. The kernel is stationary, so
-        that is ``-dk(anchor, z_i) / dz_i``, all rows from one backward pass."""
-        Z = Z.detach().clone().requires_grad_(True)
-        (grad,) = torch.autograd.grad(self.k(anchor[None, :], Z).sum(), Z)
-        return -grad
-
-
-class Merit:
-    """``Phi(Z)`` for ``Z: (s, d)``, ``(s,)``: the penalized surrogate of the module docstring
-    (the smooth total violation when ``feasibility``)."""
-
-    def __init__(
-        self,
-        models: Sequence[LocalGP],
-        penalty: float,
-        feasibility: bool,
-        beta: float,
-        temperature: float,
-    ) -> None:
-        self.objective, self.constraints = models[0], list(models[1:])
-        self.penalty, self.feasibility = penalty, feasibility
-        self.beta, self.tau = beta, temperature
-
-    def scaled_constraints(self, Z: torch.Tensor) -> torch.Tensor:
-        """``u_j(Z)``, ``(s, k)``: pessimistic constraint values over their local std."""
-        columns = [c.offset / c.scale + c.mean(Z) + self.beta * c.std(Z) for c in self.constraints]
-        return torch.stack(columns, dim=-1) if columns else torch.zeros(len(Z), 0)
-
-    def __call__(self, Z: torch.Tensor) -> torch.Tensor:
-        u = self.scaled_constraints(Z)
-        violation = (self.tau * torch.nn.functional.softplus(u / self.tau)).sum(-1)
-        if self.feasibility:
-            return violation
-        return self.objective.mean(Z) + self.penalty * violation
-
-    def weights(self, x: torch.Tensor) -> list[float]:
-        """Each GP's weight in the merit's linearization at ``x: (d,)``."""
-        with torch.no_grad():
-            slopes = torch.sigmoid(self.scaled_constraints(x[None, :])[0] / self.tau).tolist()
-        if self.feasibility:
-            return [0.0, *slopes] if any(s > 0 for s in slopes) else [1.0] * (1 + len(slopes))
-        return [1.0, *(self.penalty * s for s in slopes)]
-
-
-def kkt_at(models: Sequence[LocalGP], x: np.ndarray) -> tuple[float, np.ndarray]:
-    """The KKT residual of the posterior means at ``x: (d,)`` and the constraint multipliers
-    ``(k,)`` (zero for inactive constraints), all in standardized units."""
-    tx = torch.as_tensor(x, dtype=torch.float64)[None, :].requires_grad_(True)
-    grads, values = [], []
-    for m in models:
-        mean = m.mean(tx).sum()
-        (g,) = torch.autograd.grad(mean, tx)
-        grads.append(g[0].numpy())
-        values.append(m.offset / m.scale + float(mean.detach()))
-    c = np.array(values[1:])
-    return kkt_residual(grads[0], np.array(grads[1:]).reshape(len(c), len(x)), c, x)
-
-
-def kkt_residual(
-    grad_f: np.ndarray, jac_c: np.ndarray, c: np.ndarray, x: np.ndarray
-) -> tuple[float, np.ndarray]:
-    """``(r_KKT, lambda)`` of minimizing ``f`` subject to ``c <= 0`` and ``x`` in the unit cube.
-
-    ``grad_f: (d,)``, ``jac_c: (k, d)``, ``c: (k,)``, ``x: (d,)``. The multipliers of the
-    constraints with ``c_j >= -0.1`` and of the bounds ``x`` sits on come from non-negative
-    least squares of ``grad_f + J^T lambda + bound terms``; ``lambda: (k,)``.
-    """
-    d, k = len(x), len(c)
-    active = np.flatnonzero(c >= -_ACTIVE)
-    at_lower, at_upper = np.flatnonzero(x <= _AT_BOUND), np.flatnonzero(x >= 1 - _AT_BOUND)
-    eye = np.eye(d)
-    # Columns: gradients of the active constraints, -e_i for x_i >= 0, +e_i for x_i <= 1.
-    A = np.column_stack([jac_c[active].T, -eye[:, at_lower], eye[:, at_upper]]).reshape(d, -1)
-    multipliers = np.zeros(k)
-    stationarity = grad_f
-    if A.shape[1]:
-        weights, _ = nnls(A, -grad_f)
-        multipliers[active] = weights[: len(active)]
-        stationarity = grad_f + A @ weights
-    residual = np.linalg.norm(stationarity) + np.abs(multipliers * c).sum()
-    return float(residual + np.maximum(c, 0.0).sum()), multipliers
+        return np.where(perturbation_mask(rng, M, d), values, centre)
 
 
 def _order_keys(history: History) -> tuple[np.ndarray, np.ndarray]:
@@ -699,15 +465,3 @@ def _nearest(X: np.ndarray, x: np.ndarray, n: int) -> torch.Tensor:
     """The up to ``n`` rows of ``X: (p, d)`` nearest to ``x``, as a tensor."""
     order = np.argsort(np.sum((X - x) ** 2, axis=1), kind="stable")[:n]
     return torch.as_tensor(X[order], dtype=torch.float64).reshape(-1, len(x))
-
-
-def _warm_start(values: list[float]) -> Any:
-    """A ``start`` for ``_fit_gp`` that sets the lengthscales and noise of ``values``."""
-
-    def start(model: SingleTaskGP) -> None:
-        tensor = torch.as_tensor(values, dtype=torch.float64).exp()
-        lengthscale = tensor[:-1].clamp(min=0.03, max=1e4)
-        model.covar_module.lengthscale = lengthscale.reshape(model.covar_module.lengthscale.shape)
-        model.likelihood.noise = tensor[-1:].clamp(min=2e-4, max=1.0)
-
-    return start

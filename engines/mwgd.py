@@ -2,50 +2,31 @@
 descent on the surrogates' posteriors.
 
 Method. A-MWGraD [Nguyen2026] moves a set of particles so that their distribution decreases
-``K`` objectives over distributions at once, ``F_k(rho) = KL(rho || pi_k)``; ``engines.wgd``
-has the dynamics and their equations. This engine (research notes B4; the design is ours,
-the paper has no black-box engine) makes one target per objective out of its GP posterior and
-lets the particles settle where every objective is good, spread along the Pareto set by the
-kernel's repulsion, then asks the best ``q`` of them.
-
-Model. Until ``n_initial`` trials (default ``2 (d + 1)``, completed and pending) exist, points
-come from the study's Sobol stream, as in ``engines.gp``. Then each objective and outcome
-constraint gets an exact GP (``SingleTaskGP``, standardized outcomes, Matern-5/2 ARD; the same
-fit as ``engines.gp``). With ``mu_k``, ``s_k`` the posterior mean and standard deviation of
-objective ``k`` in the minimization orientation and ``c_k``, ``sd_k`` the mean and spread of
-its observations, the targets on the unit cube are::
+``K`` objectives over distributions at once, ``F_k(rho) = KL(rho || pi_k)``
+(``engines.wasserstein_particles`` has the dynamics and their equations). The paper has no
+black-box engine; this one is our design. After a Sobol initial design (``n_initial``, default
+``2 (d + 1)``, ``engines.bo``), each objective and outcome constraint gets an exact GP
+(``engines.bo.fit_gp``). With ``mu_k``, ``s_k`` the posterior mean and deviation of objective
+``k`` (minimized) and ``c_k``, ``sd_k`` the mean and spread of its observations, the targets
+on the unit cube are::
 
     log pi_k(x) = -(mu_k(x) - c_k - kappa s_k(x)) / (sd_k T) + sum_j log Phi(-mu_j(x) / s_j(x))
 
-(``kappa``: optimism, default 1; ``T``: temperature, default 0.005; the sum runs over the outcome
-constraints, feasible when ``<= 0``: the log probability of feasibility). The particles live in
-``z = logit(x)``, so the box needs no projection; the change of variables adds the log-Jacobian
-``sum_i log x_i (1 - x_i)`` to every target (a uniform prior on the cube). Gradients by
-autograd through the posteriors.
+(``kappa`` optimism, default 1; ``T`` temperature, default 0.005; the sum over the outcome
+constraints is the log probability of feasibility). The particles live in ``z = logit(x)``,
+which adds the log-Jacobian ``sum_i log x_i (1 - x_i)`` to every target; gradients by autograd.
+``steps`` A-MWGraD steps (default 150, ``eta`` 0.01, SVGD kernel, median bandwidth, convex
+momentum with adaptive restart) with per-particle objective weights. The batch: the final
+particles (snapped) whose optimistic values ``mu_k - kappa s_k`` no other particle dominates,
+picked greedily by the hypervolume improvement over the observed feasible front plus the
+pending and picked points (one objective: the improvement of the best value).
 
-Particles. ``n_particles`` (default ``max(64, 4 q)``, at most 256): the last ask's particles
-kept in the state (up to half), the observed non-dominated points jittered by 0.02 (up to a
-quarter) and Sobol points for the rest. ``steps`` A-MWGraD steps (default 150, ``eta`` 0.01 in
-z, SVGD kernel with the median bandwidth, convex momentum schedule with adaptive restart) with
-per-particle weights (``engines.wgd``, ours after MOO-SVGD): a shared weight vector would pull
-every particle to the same compromise (research notes B4, pitfalls). A particle that leaves
-``|z| <= 8`` (``x`` within 3e-4 of a face) is put back on that bound and its velocity zeroed.
-
-Batch. The candidates are the final particles (snapped to the parameter grid) whose
-optimistic values ``mu_k - kappa s_k`` no other particle dominates, among those with a
-probability of feasibility of at least 1/2 when any has. The batch is picked greedily by the
-hypervolume improvement of the optimistic values over the observed feasible front plus the
-pending trials' and the picked points' optimistic values, so pending trials count as already
-chosen (ours: no fantasy model); with one objective, by the improvement of the best value.
-Candidates within 1e-3 of an observed, pending or picked point are skipped. When no candidate
-improves, the rest of the batch are the particles likely feasible (then any) of largest total
-standardized posterior deviation, far from what is chosen. Every model ask records the final
-GradNorm, the restarts and the mean weights in the details and in the state.
-
-Edge cases: a fit or posterior that fails numerically falls back to Sobol points with the
-reason in their details, as does a point equal (after snapping) to an observed, pending or
-failed one. Categorical coordinates are ordinal in the GPs and relaxed to the continuum for
-the particles, then snapped.
+Our design (reasons in docs/engines/mwgd.md): one target per objective from its posterior;
+per-particle weights (after MOO-SVGD) so the particles spread along the Pareto set; particles
+seeded from the last ask's (up to half), the jittered observed front (up to a quarter) and
+Sobol points; pending trials count as already chosen (no fantasy model); a particle leaving
+``|z| <= 8`` is put back on the bound with zero velocity; when no candidate improves, the
+particles of largest posterior deviation, far from what is chosen; categoricals ordinal.
 
 References:
     [Nguyen2026] H. Nguyen et al. Accelerated Multiple Wasserstein Gradient Flows for
@@ -54,6 +35,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -63,17 +45,8 @@ import torch
 from botorch.exceptions.errors import BotorchError
 from botorch.models import SingleTaskGP
 
-from engines import wgd
+from engines import bo, wasserstein_particles
 from engines.base import JSON, History, Problem, Proposal, check_option_ranges
-from engines.gp import (
-    _NUMERICAL_ERRORS,
-    _fit_gp,
-    _reference_point,
-    _seeded,
-    _training_data,
-    _unfilled,
-    sobol_then_model,
-)
 from engines.metrics import hypervolume, non_dominated
 from engines.quasirandom import SobolStream
 
@@ -137,36 +110,23 @@ class MWGDEngine:
                 raise ValueError(f"{label} must be between {low} and {high}, got {value}")
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         stream = SobolStream.resume(problem.d, state, rng)
         last = dict(state["last"]) if isinstance(state.get("last"), dict) else None
         particles = _stored_particles(state, problem.d)
-        n_initial = self.n_initial if self.n_initial is not None else 2 * (problem.d + 1)
-        X, details, extra = sobol_then_model(
-            problem,
-            history,
-            count,
-            n_initial,
-            stream,
-            rng,
-            lambda X_pending, k: self._model_points(
-                problem, history, X_pending, k, particles, stream, rng
-            ),
+        n_init = self.n_initial if self.n_initial is not None else 2 * (problem.d + 1)
+        model = functools.partial(
+            self._model_points, problem, history, previous=particles, stream=stream, rng=rng
         )
-        if extra is not None:
-            summary, moved = extra
+        X, details, run = bo.sobol_then_model(problem, history, count, n_init, stream, rng, model)
+        if run is not None:  # the model was asked: its summary and final particles
+            summary, moved = run
             last = summary or last
             particles = moved if moved is not None else particles
         new_state = {
             "version": _STATE_VERSION,
-            "seed": stream.seed,
-            "index": stream.index,
+            **stream.state(),
             "particles": particles.tolist(),
             "last": last,
         }
@@ -186,9 +146,9 @@ class MWGDEngine:
         final particles ``(n, d)``; NaN rows (with a ``fallback`` reason) where the model gives
         no point."""
         m, d = problem.n_objectives, problem.d
-        data = _training_data(problem, history)
+        data = bo.training_data(problem, history)
         if isinstance(data, str):
-            return (*_unfilled(d, count, data), (None, None))
+            return (*bo.unfilled(d, count, data), (None, None))
         X_train, targets = data
         rows = np.flatnonzero(np.all(targets[:, m:] <= 0.0, axis=1))  # the feasible trials
         rows = rows[non_dominated(-targets[rows, :m])]
@@ -196,10 +156,10 @@ class MWGDEngine:
         n_particles = self.n_particles or min(max(64, 4 * count), _MAX_DEFAULT_PARTICLES)
         X0 = _initial_particles(previous, front, n_particles, stream, rng)
         try:
-            with _seeded(int(rng.integers(2**31)), False):
-                models = [_fit_gp(torch.as_tensor(X_train), targets[:, i], []) for i in range(m)]
+            with bo.seeded(int(rng.integers(2**31)), False):
+                models = [bo.fit_gp(torch.as_tensor(X_train), targets[:, i], []) for i in range(m)]
                 constraints = [
-                    _fit_gp(torch.as_tensor(X_train), targets[:, m + j], [])
+                    bo.fit_gp(torch.as_tensor(X_train), targets[:, m + j], [])
                     for j in range(problem.n_constraints)
                 ]
                 posterior = Posterior(models, constraints, -targets[:, :m], self.kappa)
@@ -207,11 +167,10 @@ class MWGDEngine:
                 candidates = problem.space.snap(X_final)
                 optimistic, deviation, log_pof = posterior.values(candidates)
                 believed = posterior.values(X_pending)[0] if len(X_pending) else X_pending[:, :0]
-        except _NUMERICAL_ERRORS as exc:
-            reason = f"{type(exc).__name__}: {str(exc)[:120]}"
-            return (*_unfilled(d, count, reason), (None, None))
+        except bo.NUMERICAL_ERRORS as exc:
+            return (*bo.unfilled(d, count, bo.failure(exc)), (None, None))
 
-        ref = -_reference_point(problem, targets).numpy() if m > 1 else None
+        ref = -bo.reference_point(problem, targets).numpy() if m > 1 else None
         chosen, gains = select_batch(
             candidates,
             optimistic,
@@ -224,21 +183,7 @@ class MWGDEngine:
         )
         X_new = np.full((count, d), np.nan)
         X_new[: len(chosen)] = candidates[chosen]
-        # The objectives' weights, averaged over the particles and the last 10 steps.
-        weights = (
-            np.mean([np.atleast_2d(info.weights).mean(axis=0) for info in infos[-10:]], axis=0)
-            if infos
-            else None
-        )
-        summary: JSON = {
-            "n_observations": len(X_train),
-            "n_particles": n_particles,
-            "steps": len(infos),
-            "grad_norm_first": infos[0].grad_norm if infos else None,
-            "grad_norm_last": infos[-1].grad_norm if infos else None,
-            "restarts": sum(info.restarted for info in infos),
-            "mean_weights": None if weights is None else [float(w) for w in weights],
-        }
+        summary = _summary(infos, len(X_train), n_particles)
         details: list[JSON] = [
             {"source": "mwgd", "hvi": gain, "mwgd": dict(summary)} for gain in gains
         ]
@@ -246,16 +191,18 @@ class MWGDEngine:
         details += [{"source": "sobol", "fallback": reason} for _ in range(count - len(chosen))]
         return X_new, details, (summary, X_final)
 
-    def _move(self, posterior: Posterior, X0: np.ndarray) -> tuple[np.ndarray, list[wgd.StepInfo]]:
+    def _move(
+        self, posterior: Posterior, X0: np.ndarray
+    ) -> tuple[np.ndarray, list[wasserstein_particles.StepInfo]]:
         """Run the particle dynamics from ``X0: (n, d)`` in the cube; the final positions and
         the information of every step."""
-        particles = wgd.Particles.at(_logit(X0))
+        particles = wasserstein_particles.Particles.at(_logit(X0))
         infos = []
         for _ in range(self.steps):
             grad = posterior.potential_gradients(particles.X, self.temperature)
             if not np.all(np.isfinite(grad)):
                 raise BotorchError("the posterior gradients are not finite")
-            particles, info = wgd.step(
+            particles, info = wasserstein_particles.step(
                 particles,
                 grad,
                 self.eta,
@@ -398,6 +345,25 @@ def _nearest(x: np.ndarray, others: np.ndarray) -> float:
 
 def _far(x: np.ndarray, others: np.ndarray) -> bool:
     return _nearest(x, others) >= _MIN_DISTANCE
+
+
+def _summary(infos: list[wasserstein_particles.StepInfo], n_observations: int, n: int) -> JSON:
+    """What an ask's particle run did, for the details and the state; ``n`` particles."""
+    # The objectives' weights, averaged over the particles and the last 10 steps.
+    weights = (
+        np.mean([np.atleast_2d(info.weights).mean(axis=0) for info in infos[-10:]], axis=0)
+        if infos
+        else None
+    )
+    return {
+        "n_observations": n_observations,
+        "n_particles": n,
+        "steps": len(infos),
+        "grad_norm_first": infos[0].grad_norm if infos else None,
+        "grad_norm_last": infos[-1].grad_norm if infos else None,
+        "restarts": sum(info.restarted for info in infos),
+        "mean_weights": None if weights is None else [float(w) for w in weights],
+    }
 
 
 def _initial_particles(

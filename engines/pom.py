@@ -1,103 +1,32 @@
 """The ``pom`` engine: batch multi-objective BO by Probability of Matching.
 
-Method [POM2026]. A batch ``X_q = {x_1, ..., x_q}`` *matches* the Pareto set ``P*`` when every
-batch point is Pareto-optimal and together they cover ``P*``. POM scores a batch by::
+Method [POM2026]. A batch ``X_q`` *matches* the Pareto set ``P*`` when every point is
+Pareto-optimal and together they cover ``P*``: ``log POM = log P_PO + lambda log P_cov``. The
+paper's equations are not public; the formulas are our reading of its abstract. After a Sobol
+initial design (``n_initial``, default ``2 (d + 1)``, ``engines.bo``), one GP per objective and
+constraint, and ``S`` posterior sample paths ``f^(s)`` by pathwise conditioning
+[Wilson2020pathwise]. ``P^(s)`` is the set of eligible (sampled feasible, below the reference
+point) pool points that no pool or observed point dominates under ``f^(s)``::
 
-    log POM(X_q) = log P_PO(X_q) + lambda log P_cov(X_q)
+    PPO(x)     = (1/S) sum_s 1[x in P^(s)]
+    P_PO(X_q)  = (1/S) sum_s prod_i 1[x_i in P^(s)]
+    P_cov(X_q) = (1/S) sum_s prod_i (q m_i^(s)),  m_i^(s): share of P^(s) nearest to x_i
 
-(quality times coverage) and builds it by sampling without replacement from the posterior
-distribution of the Pareto set. The paper's equations are not public: the formulas below are
-our reading of its abstract, and everything past this paragraph is our design.
+The batch is built greedily from the selected set ``A`` (observed front, pending trials, batch
+so far), ``delta_A(z) = min(1, min_a ||z - a|| / sqrt(d))``::
 
-Model. Until ``n_initial`` trials (default ``2 (d + 1)``, completed and pending together) exist,
-points come from the study's Sobol stream, as in ``engines.gp``. Then each objective and each
-outcome constraint gets an exact GP (``SingleTaskGP``, standardized outcomes, in a
-``ModelListGP``; ``History.Y`` is minimized, so the GPs model ``-Y``), and ``S`` posterior
-sample paths ``f^(s)`` are drawn by pathwise conditioning [Wilson2020pathwise] with
-``num_features`` random Fourier features: each path is a function, so every pool point and
-every observed point is evaluated on the same ``S`` functions (common random numbers).
+    gain_A(x) = (1/S) sum_s (1/|P^(s)|) sum_{z in P^(s)} max(0, delta_A(z) - ||z - x|| / sqrt(d))
+    score(x)  = log max(PPO(x), 1/(2S)) + lambda log(1e-6 + gain_A(x))
 
-Pool and sample Pareto sets. The pool ``Z`` is ``pool_size`` points: scrambled Sobol (3/4) and
-Gaussian perturbations (sigma 0.05) of the observed non-dominated points (1/4), snapped to the
-parameter grid, without observed or pending points. Then each sample path ``f^(s)`` refines
-more points, by 100 projected Adam steps in the unit cube through the path (a path is a
-differentiable function), each from the best pool or observed point of what it minimizes:
+``gain_A`` is a facility-location function (monotone, submodular), so the greedy coverage is
+within ``1 - 1/e`` of the best [Nemhauser1978submodular].
 
-1. each objective alone, ``u_i + rho sum_l u_l`` (so a minimizer is Pareto-optimal, not only
-   weakly), which gives the sample's ideal point ``z^(s)``, the least value of each objective
-   over these minimizers, the pool and the observed points;
-2. ``K = ceil(refine_points / S)`` random augmented Chebyshev scalarizations (``refine_points``
-   = 256 by default), ``w ~ Dirichlet(1)``::
-
-    g_w^(s)(x) = max_i w_i u_i(x) + rho sum_i u_i(x) + beta sum_j max(0, c_j^(s)(x)) / sd_j
-    u_i(x)     = (f_i^(s)(x) - z_i^(s)) / sd_i
-
-(``sd``: the observed spread of each output, ``rho = 0.05``, ``beta = 10``). The ideal comes
-first because a Chebyshev centre above what the path reaches sends every scalarization to one
-end of the front. The refined points join the pool and, like every pool point, are judged on all
-``S`` paths. Pareto sets often lie on the boundary or on a thin manifold (ZDT3: ``x_2..x_d =
-0``) that a finite pool in ``d >= 5`` misses; the refined points reach them, as qLogNEHVI's
-gradient-based acquisition optimizer does. Research notes 3.3 offer an NSGA-II run per path; a
-gradient descent per weight vector serves the same purpose at less cost.
-
-``P^(s)`` is the set of pool points that no pool point and no observed point dominates under
-``f^(s)``, among the *eligible* points: feasible under the sampled constraints (``c^(s)(x) <=
-0``) and below the reference point ``r`` in every objective (the problem's, else the nadir of
-the observed feasible front moved back by 10 % of its range, as in ``engines.gp``). In a sample
-where nothing is below ``r``, eligible means feasible; where nothing is feasible, the least
-total sampled violation. Observed points
-enter with their sampled values, not their noisy observations. Then::
-
-    PPO(x)      = (1/S) sum_s 1[x in P^(s)]                      (per-point Pareto probability)
-    P_PO(X_q)   = (1/S) sum_s prod_i 1[x_i in P^(s)]
-    m_i^(s)     = |{z in P^(s) : x_i is the batch point nearest to z}| / |P^(s)|
-    C^(s)(X_q)  = prod_i (q m_i^(s))                             in [0, 1]
-    P_cov(X_q)  = (1/S) sum_s C^(s)(X_q)
-
-``q! prod_i m_i`` is the probability that ``q`` uniform draws from ``P^(s)`` fall one in each
-batch point's Voronoi cell (a perfect matching of draws to batch points); ``C^(s)`` divides it
-by its maximum ``q! / q^q``. Distances are Euclidean in the unit cube. Probabilities enter logs
-with a floor of ``1 / (2 S)``, the resolution of ``S`` samples. Every ask that uses the model
-reports ``log POM``, ``log P_PO`` and ``log P_cov`` of its returned batch (pending trials are
-not part of it) in each point's details and in the engine state.
-
-Batch by greedy non-replacement sampling. Let ``A`` be the selected points, starting with the
-observed feasible non-dominated points and the pending trials, and ``delta_A(z) = min(1,
-min_{a in A} ||z - a|| / sqrt(d))`` (1 when ``A`` is empty) the distance from a Pareto point
-``z`` to its nearest selected point. Each step adds::
-
-    gain_A(x)  = (1/S) sum_s (1/|P^(s)|) sum_{z in P^(s)} max(0, delta_A(z) - ||z - x|| / sqrt(d))
-    score(x)   = log max(PPO(x), 1/(2S)) + lambda log(1e-6 + gain_A(x))
-    x_j        = argmax score over the ``top_candidates`` pool points of highest PPO (PPO > 0)
-
-``gain_A(x)`` is the expected decrease, over posterior Pareto sets, of the EMD
-(``engines.metrics``) of the study's non-dominated points plus the batch: Pareto mass near a
-selected point is already covered and counts no more, which is the "non-replacement". Starting
-``A`` with the observed front (not only the pending trials) sends the batch to the parts of the
-Pareto set the study has not found yet rather than to those it has. It is a facility-location
-function, monotone and submodular, so for the coverage term the greedy batch is within
-``1 - 1/e`` of the best [Nemhauser1978submodular]. We do not run the greedy on ``P_cov``
-itself: with ``x_1`` fixed, a second point right beside it splits the Voronoi masses evenly and
-maximizes ``C^(s)``, so greedy steps on ``P_cov`` cluster. As ``delta_A`` does not depend on
-``s``, the sums fold into one weight per pool point, ``w(z) = (1/S) sum_s 1[z in P^(s)] /
-|P^(s)|``, and a step costs one ``(top_candidates x |union of P^(s)|)`` array operation
-whatever ``S``.
-
-Edge cases, also ours:
-
-- When no pool point is in any ``P^(s)`` (the observed front dominates the pool in every
-  sample, late in a study), the sets are recomputed without observed dominators and the
-  details say ``relaxed``.
-- When fewer than ``q`` pool points have ``PPO > 0``, the rest of the batch comes from the
-  others by the same score (quality at the floor, so coverage decides); never before.
-- One objective: ``P^(s)`` is the minimizer of ``f^(s)`` over the pool when it beats every
-  observed point, so ``PPO`` is the Thompson-sampling probability of improving on the
-  observations and the batch is Thompson sampling spread by the coverage term.
-- Outcome constraints as above (sampled feasibility); categorical coordinates are ordinal in
-  the GPs, because random Fourier features need a stationary continuous kernel.
-- A numerical failure of the fit or the paths falls back to Sobol points, with the reason in
-  their details; so does a point equal (after snapping) to an observed, pending, failed or
-  earlier one.
+Our design (reasons in docs/engines/pom.md): the pool (Sobol plus perturbed front points) and
+each path's refined points (projected Adam on the objectives and on random augmented
+Chebyshev scalarizations from the sample's ideal point); the greedy on ``gain_A`` rather than on
+``P_cov`` (which clusters); ``A`` starting with the observed front; a probability floor of
+``1 / (2 S)``; sets recomputed without observed dominators when empty (``relaxed``); one
+objective as Thompson sampling spread by coverage; categoricals ordinal in the GPs.
 
 References:
     [POM2026] Probability of Matching (POM) for batch multi-objective BO, ICML 2026; only the
@@ -125,17 +54,10 @@ from botorch.models import ModelListGP
 from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from scipy.stats import qmc
 
+from engines import bo
 from engines.base import JSON, History, Problem, Proposal, check_option_ranges
-from engines.gp import (
-    _NUMERICAL_ERRORS,
-    _fit_gp,
-    _reference_point,
-    _seeded,
-    _training_data,
-    _unfilled,
-    sobol_then_model,
-)
 from engines.metrics import non_dominated
+from engines.pareto_matching import batch_score, greedy_batch, pareto_sample_masks
 from engines.quasirandom import SobolStream
 from engines.space import distinct_rows
 
@@ -144,12 +66,6 @@ _STATE_VERSION = 1
 #: standard deviation in the unit cube.
 _LOCAL_SHARE = 0.25
 _LOCAL_SIGMA = 0.05
-#: Added to the coverage gain inside its log, so a zero gain still ranks by PPO.
-_GAIN_EPS = 1e-6
-#: Witnesses per sample that prefilter the non-dominated test for three or more objectives.
-_WITNESSES = 32
-#: Elements of a ``(samples, n, n)`` pairwise-dominance block (~8 MB of booleans).
-_PAIRWISE_BLOCK = 8_000_000
 #: Refinement on the sample paths: Adam steps and rate in the unit cube, the augmented
 #: Chebyshev term ``rho`` and the weight ``beta`` of the sampled constraint violation.
 _REFINE_STEPS = 100
@@ -204,32 +120,16 @@ class POMEngine:
             )
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         stream = SobolStream.resume(problem.d, state, rng)
         last = dict(state["last"]) if isinstance(state.get("last"), dict) else None
         n_initial = self.n_initial if self.n_initial is not None else 2 * (problem.d + 1)
-        X, details, summary = sobol_then_model(
-            problem,
-            history,
-            count,
-            n_initial,
-            stream,
-            rng,
-            lambda X_pending, k: self._model_points(problem, history, X_pending, k, rng),
+        model = functools.partial(self._model_points, problem, history, rng=rng)
+        X, details, summary = bo.sobol_then_model(
+            problem, history, count, n_initial, stream, rng, model
         )
-        last = summary or last
-        new_state = {
-            "version": _STATE_VERSION,
-            "seed": stream.seed,
-            "index": stream.index,
-            "last": last,
-        }
+        new_state = {"version": _STATE_VERSION, **stream.state(), "last": summary or last}
         return Proposal(X=X, state=new_state, details=details)
 
     def _model_points(
@@ -248,19 +148,19 @@ class POMEngine:
         m, d = problem.n_objectives, problem.d
         S = self.n_samples or (128 if m >= 3 else 64)
         torch_seed = int(rng.integers(2**31))
-        data = _training_data(problem, history)
+        data = bo.training_data(problem, history)
         if isinstance(data, str):
-            return (*_unfilled(d, count, data), None)
+            return (*bo.unfilled(d, count, data), None)
         X_train, targets = data
         front = X_train[_observed_front(-targets[:, :m], targets[:, m:])]
         pool = self._pool(problem, X_train, front, X_pending, rng)
         if len(pool) == 0:
-            return (*_unfilled(d, count, "no untried point left in the candidate pool"), None)
+            return (*bo.unfilled(d, count, "no untried point left in the candidate pool"), None)
         try:
-            with _seeded(torch_seed, False):
+            with bo.seeded(torch_seed, False):
                 pool, F, V, ref = self._sample(problem, X_train, targets, pool, X_pending, S, rng)
-        except _NUMERICAL_ERRORS as exc:
-            return (*_unfilled(d, count, f"{type(exc).__name__}: {str(exc)[:120]}"), None)
+        except bo.NUMERICAL_ERRORS as exc:
+            return (*bo.unfilled(d, count, bo.failure(exc)), None)
 
         P = pareto_sample_masks(F, V, ref, len(pool))
         relaxed = not P.any()
@@ -324,7 +224,7 @@ class POMEngine:
         """
         m, k = problem.n_objectives, problem.n_constraints
         tX = torch.as_tensor(X_train, dtype=torch.float64)
-        model = ModelListGP(*[_fit_gp(tX, targets[:, i], []) for i in range(m + k)])
+        model = ModelListGP(*[bo.fit_gp(tX, targets[:, i], []) for i in range(m + k)])
         prior = functools.partial(draw_kernel_feature_paths, num_features=self.num_features)
         with torch.no_grad():  # the paths are fixed functions: no graph to the GP parameters
             paths = draw_matheron_paths(model, torch.Size([S]), prior_sampler=prior)
@@ -348,7 +248,7 @@ class POMEngine:
             raise BotorchError("the posterior sample paths are not finite")
         F = -sampled[..., :m]
         V = np.maximum(sampled[..., m:], 0.0).sum(axis=-1)
-        ref = None if m == 1 else -_reference_point(problem, targets).numpy()
+        ref = None if m == 1 else -bo.reference_point(problem, targets).numpy()
         return pool, F, V, ref
 
 
@@ -428,183 +328,6 @@ def _scalarized(
     weighted = torch.where(weights > 0, weights * u, -torch.inf)
     penalty = torch.relu(units[..., m:]).sum(-1)
     return weighted.amax(-1) + _AUGMENT * u.sum(-1) + _PENALTY * penalty
-
-
-def pareto_sample_masks(
-    F: np.ndarray, V: np.ndarray, ref: np.ndarray | None, n_pool: int
-) -> np.ndarray:
-    """``(S, n_pool)`` bool: the pool points in each sample's Pareto set (module docstring).
-
-    ``F: (S, N, m)`` sampled objectives (minimization), ``V: (S, N)`` sampled total violation
-    (0 is feasible), ``ref: (m,)`` or ``None``; the first ``n_pool`` of the ``N`` points are the
-    pool, the others dominate but are never candidates.
-    """
-    feasible = V <= 0.0
-    eligible = feasible
-    if ref is not None:
-        below = feasible & np.less(F, ref).all(axis=-1)
-        eligible = np.where(below.any(axis=1, keepdims=True), below, feasible)
-    least = np.equal(V, V.min(axis=1, keepdims=True))
-    eligible = np.where(feasible.any(axis=1, keepdims=True), eligible, least)
-    return non_dominated_per_sample(F, eligible)[:, :n_pool]
-
-
-def non_dominated_per_sample(F: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """``(S, N)`` bool: for each sample ``s``, the eligible rows of ``F[s]: (N, m)`` that no
-    eligible row dominates (minimization). Of exact duplicates, ties may keep one or all."""
-    S, N, m = F.shape
-    G = np.where(eligible[..., None], F, np.inf)
-    if N == 0:
-        return np.zeros((S, 0), dtype=bool)
-    if m == 1:
-        best = G[..., 0].min(axis=1, keepdims=True)
-        return eligible & (G[..., 0] == best)
-    if m == 2:
-        # Sort each sample by (f0, f1); a point is non-dominated iff its f1 is below every f1
-        # before it. One lexsort of all samples at once, the sample index as primary key.
-        rows = np.repeat(np.arange(S), N)
-        order = np.lexsort((G[..., 1].ravel(), G[..., 0].ravel(), rows)).reshape(S, N) % N
-        f1 = np.take_along_axis(G[..., 1], order, axis=1)
-        before = np.minimum.accumulate(np.concatenate([np.full((S, 1), np.inf), f1[:, :-1]], 1), 1)
-        mask = np.zeros((S, N), dtype=bool)
-        np.put_along_axis(mask, order, f1 < before, axis=1)
-        return mask & eligible
-    # Three or more objectives: discard what a few good points (lowest sum of range-scaled
-    # objectives) dominate, then compare the survivors pairwise. Exact: whatever dominates a
-    # survivor is dominated in turn by a non-dominated point, which survives.
-    finite = np.where(eligible[..., None], F, np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # samples with no eligible point
-        lo, hi = np.nanmin(finite, axis=1, keepdims=True), np.nanmax(finite, axis=1, keepdims=True)
-        key = np.where(eligible, ((F - lo) / np.maximum(hi - lo, 1e-300)).sum(-1), np.inf)
-    n_w = min(_WITNESSES, N)
-    witnesses = np.argpartition(key, n_w - 1, axis=1)[:, :n_w]
-    dominated = np.zeros((S, N), dtype=bool)
-    for j in range(n_w):
-        w = np.take_along_axis(G, witnesses[:, j, None, None], axis=1)  # (S, 1, m)
-        dominated |= _dominates(w, G)
-    survivors = eligible & ~dominated
-    counts = survivors.sum(axis=1)
-    width = int(counts.max())
-    idx = np.argsort(~survivors, axis=1, kind="stable")[:, :width]  # survivors first
-    valid = np.arange(width)[None, :] < counts[:, None]
-    H = np.where(valid[..., None], np.take_along_axis(G, idx[..., None], axis=1), np.inf)
-    keep = np.zeros((S, width), dtype=bool)
-    block = max(1, _PAIRWISE_BLOCK // max(1, width * width * m))
-    for start in range(0, S, block):
-        h = H[start : start + block]
-        keep[start : start + block] = ~_dominates(h[:, :, None, :], h[:, None, :, :]).any(axis=1)
-    mask = np.zeros((S, N), dtype=bool)
-    np.put_along_axis(mask, idx, keep & valid, axis=1)
-    return mask
-
-
-def _dominates(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a`` dominates ``b`` (minimization), broadcast over all but the last axis, the objectives.
-
-    One comparison per objective: numpy's ``all``/``any`` over a short last axis are many times
-    slower than these elementwise passes.
-    """
-    no_worse = a[..., 0] <= b[..., 0]
-    equal = a[..., 0] == b[..., 0]
-    for i in range(1, a.shape[-1]):
-        no_worse &= a[..., i] <= b[..., i]
-        equal &= a[..., i] == b[..., i]
-    return no_worse & ~equal
-
-
-def greedy_batch(
-    pool: np.ndarray,
-    P: np.ndarray,
-    X_selected: np.ndarray,
-    count: int,
-    lam: float,
-    top: int,
-) -> list[int]:
-    """Up to ``count`` pool rows by the greedy non-replacement rule (module docstring).
-
-    ``pool: (N, d)`` in [0, 1], ``P: (S, N)`` sample Pareto sets, ``X_selected: (p, d)`` the
-    points that start the selected set (the observed front and the pending trials), ``top``:
-    candidates of highest PPO. Points with PPO 0 are taken only once no candidate with PPO > 0
-    is left. Fewer than ``count`` rows come back only when the pool has fewer points.
-    """
-    S = P.shape[0]
-    d = pool.shape[1]
-    top = max(top, count)
-    scale = math.sqrt(d) if d else 1.0
-    ppo = P.mean(axis=0)
-    union = np.flatnonzero(ppo > 0)
-    weight = _pareto_weights(P)[union]  # (u,)
-    Z = pool[union]
-    order = np.argsort(-ppo, kind="stable")
-    positive = order[: min(top, len(union))]
-    candidates = positive
-    if len(positive) < count:  # not enough Pareto candidates: the rest may be PPO-0 points
-        candidates = np.concatenate([positive, order[len(union) :]])
-    D = _distances(pool[candidates], Z) / scale  # (K, u)
-    cover = np.ones(len(union))
-    if len(X_selected) and len(union):
-        cover = np.minimum(1.0, _distances(X_selected, Z).min(axis=0) / scale)
-    quality = np.log(np.maximum(ppo[candidates], 1.0 / (2 * S)))
-    available = np.ones(len(candidates), dtype=bool)
-    is_positive = np.arange(len(candidates)) < len(positive)
-    chosen: list[int] = []
-    for _ in range(min(count, len(candidates))):
-        gain = np.maximum(cover[None, :] - D, 0.0) @ weight
-        score = quality + lam * np.log(_GAIN_EPS + gain)
-        tier = available & is_positive
-        score[~(tier if tier.any() else available)] = -np.inf
-        best = int(np.argmax(score))
-        chosen.append(int(candidates[best]))
-        available[best] = False
-        cover = np.minimum(cover, D[best])
-    return chosen
-
-
-def batch_score(pool: np.ndarray, P: np.ndarray, chosen: list[int], lam: float) -> JSON:
-    """The POM summary of the batch ``pool[chosen]``: ``log_score = log_p_po + lam log_p_cov``
-    (module docstring) and ``expected_emd``, the batch's EMD averaged over the sample Pareto
-    sets (``None`` when they are all empty).
-
-    ``pool: (N, d)``, ``P: (S, N)``, ``chosen``: distinct pool rows.
-    """
-    S = P.shape[0]
-    d = pool.shape[1]
-    floor = 1.0 / (2 * S)
-    q = len(chosen)
-    if q == 0:
-        return {"log_score": None, "log_p_po": None, "log_p_cov": None, "expected_emd": None}
-    p_po = float(np.all(P[:, chosen], axis=1).mean())
-    union = np.flatnonzero(P.any(axis=0))
-    X = pool[chosen]
-    D = _distances(pool[union], X)  # (u, q)
-    cell = np.argmin(D, axis=1)
-    shares = P[:, union] / np.maximum(P.sum(axis=1, keepdims=True), 1)  # (S, u)
-    masses = shares @ np.eye(q)[cell]  # (S, q)
-    p_cov = float(np.prod(q * masses, axis=1).mean())
-    weight = _pareto_weights(P)[union]
-    emd = None
-    if weight.sum() > 0:
-        emd = float(weight @ D.min(axis=1) / weight.sum() / (math.sqrt(d) if d else 1.0))
-    log_p_po, log_p_cov = math.log(max(p_po, floor)), math.log(max(p_cov, floor))
-    return {
-        "log_score": log_p_po + lam * log_p_cov,
-        "log_p_po": log_p_po,
-        "log_p_cov": log_p_cov,
-        "expected_emd": emd,
-    }
-
-
-def _pareto_weights(P: np.ndarray) -> np.ndarray:
-    """``(N,)``: ``w(z) = (1/S) sum_s 1[z in P^(s)] / |P^(s)|``, the Pareto mass of each point."""
-    sizes = np.maximum(P.sum(axis=1, keepdims=True), 1)
-    return (P / sizes).mean(axis=0)
-
-
-def _distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """``(a, b)`` Euclidean distances between the rows of ``A: (a, d)`` and ``B: (b, d)``."""
-    d2 = (A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * (A @ B.T)
-    return np.sqrt(np.maximum(d2, 0.0))
 
 
 def _observed_front(Y: np.ndarray, C: np.ndarray) -> np.ndarray:

@@ -52,6 +52,10 @@ class SobolStream:
             seed, index = int(rng.integers(2**31)), 0
         return cls(d, seed, index)
 
+    def state(self) -> JSON:
+        """The stream's part of an engine's state: ``{"seed", "index"}``."""
+        return {"seed": self.seed, "index": self.index}
+
     def draw(self, n: int) -> np.ndarray:
         """The next ``n`` points, ``(n, d)`` in [0, 1)."""
         if self.d == 0:
@@ -112,17 +116,12 @@ class RandomEngine:
     schedules_units: ClassVar[bool] = False
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         stream = SobolStream.resume(problem.d, state, rng)
         X = sobol_points(problem, history.X_pending, count, stream)
         return Proposal(
             X=X,
-            state={"seed": stream.seed, "index": stream.index},
+            state=stream.state(),
             details=[{"source": "sobol"} for _ in range(count)],
         )

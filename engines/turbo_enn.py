@@ -24,25 +24,12 @@ thousands of observations. One trust region (TR) at a time:
   ``failure_tolerance`` (``ceil(max(4 / q, d / q))``) failures in a row halve it. Below
   ``0.5^7`` the TR restarts: it forgets its local data and begins a new initial design.
 
-Our design:
-
-- State, not data: the engine keeps only the TR's bookkeeping in the study's JSON state. The
-  TR's data are the rows of ``History`` from ``tr_start`` on (rows are in completion order),
-  so a restart moves ``tr_start`` and nothing is copied; the study's history and best are
-  untouched. Observations are counted into the TR when the engine next sees them: a batch is
-  whatever completed since the last ask, and a trial asked before a restart and told after
-  it joins the new TR. The TR counts no success or failure until it has as many completed
-  rows as initial points handed out (the initial design is not a TR step).
-- Outcome constraints pick the incumbent (the best feasible point; while none is feasible,
-  the one of least total violation) and the success test; ENN models the objective only.
-- A prefilter keeps only the observations that can be a neighbour of some candidate: those
-  within ``rho + d_K(x_c)`` of the box, ``rho`` the largest distance from ``x_c`` to the
-  box and ``d_K(x_c)`` the distance of its ``K``-th neighbour (triangle inequality). Exact.
-- Candidates are snapped to the parameter grid; duplicates and pending points are dropped.
-  Pending trials get no fantasy values: the batch's spread comes from the selection rule.
-- Single objective only: a multi-objective study gets ``EngineUnsupported``.
-- ``restart_keeps_data = true`` restarts as the authors' ``ennbo`` package does: only the
-  length and the counters reset, and the region keeps its data and its centre.
+Our design (reasons in docs/engines/turbo-enn.md): the state holds only the TR's bookkeeping,
+its data are the ``History`` rows from ``tr_start`` on (``engines.local_search``); no success
+or failure until the initial design is told; constraints pick the incumbent and the success
+test (ENN models the objective only); an exact prefilter of the observations that can be a
+neighbour of a candidate; snapped candidates without duplicates or pending points, no
+fantasies; single objective only; ``restart_keeps_data`` restarts as the ``ennbo`` package.
 
 References:
     [Sweet2025enn] D. Sweet, S. A. Jadhav. Taking the GP out of the loop. arXiv 2506.12818,
@@ -65,6 +52,7 @@ from scipy.stats import qmc
 from engines.base import JSON, History, Problem, Proposal, check_option_ranges
 from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
+from engines.local_search import initial_design, parse_state, perturbation_mask
 from engines.quasirandom import SobolStream, sobol_points
 from engines.space import distinct_rows
 
@@ -94,15 +82,8 @@ class TrustRegion:
 
     @classmethod
     def parse(cls, state: JSON, history: History) -> TrustRegion | None:
-        try:
-            tr = cls(**state)
-        except TypeError:
-            return None
-        ints = [tr.version, tr.seed, tr.index, tr.generation, tr.tr_start, tr.n_seen]
-        ints += [tr.n_init_given, tr.successes, tr.failures, tr.last_q]
-        if not all(type(v) is int and v >= 0 for v in ints) or tr.version != _STATE_VERSION:
-            return None
-        if not tr.tr_start <= tr.n_seen <= history.n:
+        tr = parse_state(cls, state, history, _STATE_VERSION)
+        if tr is None:
             return None
         floats = (tr.length, tr.b, tr.a)
         if not all(isinstance(v, float | int) and math.isfinite(v) and v >= 0 for v in floats):
@@ -176,12 +157,7 @@ class TurboENNEngine:
             )
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         if problem.n_objectives > 1:
             raise EngineUnsupported(
@@ -194,15 +170,12 @@ class TurboENNEngine:
             tr = self._restart(tr, history)
         stream = SobolStream(d, tr.seed, tr.index)
 
-        n_init = self._n_initial(d)
-        tr_rows = history.n - tr.tr_start
-        n_sobol = count if d == 0 else min(count, max(0, n_init - tr.n_init_given))
-        if tr_rows == 0:  # nothing told in this TR yet: nothing to centre on
-            n_sobol = count
-        X_sobol = sobol_points(problem, history.X_pending, n_sobol, stream)
-        details: list[JSON] = [
-            {"source": "sobol", "generation": tr.generation} for _ in range(n_sobol)
-        ]
+        n_left = self._n_initial(d) - tr.n_init_given
+        centred = history.n > tr.tr_start  # something told in this TR: a centre exists
+        X_sobol, details = initial_design(
+            problem, history, count, n_left, centred, stream, tr.generation
+        )
+        n_sobol = len(X_sobol)
         X = X_sobol
         a, b = tr.a, tr.b
         if count > n_sobol:
@@ -360,9 +333,7 @@ class TurboENNEngine:
         # design at the cost of an addition, where scrambling costs milliseconds per ask.
         unit = _sobol(d, M) + rng.random(d)
         np.remainder(unit, 1.0, out=unit)
-        mask = rng.random((M, d), dtype=np.float32) < min(20.0 / d, 1.0)
-        empty = np.flatnonzero(~mask.any(axis=1))
-        mask[empty, rng.integers(0, d, len(empty))] = True
+        mask = perturbation_mask(rng, M, d, np.float32)
         # centre + mask * (value - centre), in place: one pass per step over (M, d).
         unit *= upper - lower
         unit += lower - centre

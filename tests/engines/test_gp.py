@@ -20,6 +20,7 @@ import pytest
 import torch
 from linear_operator.utils.errors import NotPSDError
 
+from engines import bo
 from engines import gp as gp_module
 from engines.base import History, Problem
 from engines.errors import EngineOptionsError
@@ -351,7 +352,7 @@ def test_numerical_failure_falls_back_to_sobol(monkeypatch: pytest.MonkeyPatch) 
     def broken(*args, **kwargs):
         raise NotPSDError("matrix not positive definite")
 
-    monkeypatch.setattr(gp_module, "_fit_gp", broken)
+    monkeypatch.setattr(bo, "fit_gp", broken)
     problem = Problem(floats(2))
     X = np.random.default_rng(0).random((6, 2))
     history = history_of(problem, X, lambda X: X[:, :1])

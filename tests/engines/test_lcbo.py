@@ -12,11 +12,11 @@ import pytest
 import torch
 from scipy.stats import qmc
 
-from engines import lcbo
+from engines import bo
 from engines.base import History, Problem
+from engines.bo import fit_gp, seeded
 from engines.errors import EngineOptionsError, EngineUnsupported
-from engines.gp import _fit_gp, _seeded
-from engines.lcbo import LocalGP, Merit, kkt_at, kkt_residual
+from engines.local_gp import LocalGP, Merit, kkt_at, kkt_residual
 from engines.registry import make_engine
 from engines.space import FloatParam, IntParam, SearchSpace
 
@@ -39,8 +39,8 @@ def _sobol(d: int, n: int, seed: int = 0) -> np.ndarray:
 
 def _local_gps(X: np.ndarray, columns: np.ndarray) -> list[LocalGP]:
     tX = torch.as_tensor(X)
-    with _seeded(0, False):
-        return [LocalGP(_fit_gp(tX, columns[:, i], [])) for i in range(columns.shape[1])]
+    with seeded(0, False):
+        return [LocalGP(fit_gp(tX, columns[:, i], [])) for i in range(columns.shape[1])]
 
 
 def _convex(X: np.ndarray) -> np.ndarray:
@@ -243,7 +243,7 @@ def test_a_numerical_failure_falls_back_to_sobol_with_the_reason(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("cholesky failed")
 
-    monkeypatch.setattr(lcbo, "_fit_gp", broken)
+    monkeypatch.setattr(bo, "fit_gp", broken)
     run.round(2)
     assert [d["source"] for d in run.details] == ["sobol", "sobol"]
     assert "cholesky failed" in run.details[0]["fallback"]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engines.base import History, Problem
+from engines.bo import fit_gp
 from engines.errors import EngineOptionsError
-from engines.gp import _fit_gp
 from engines.mwgd import Posterior, select_batch
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
@@ -53,8 +53,8 @@ def test_the_potential_gradients_match_finite_differences():
     rng = np.random.default_rng(0)
     X = rng.random((10, 2))
     Y = _objectives(X)
-    models = [_fit_gp(torch.as_tensor(X), -Y[:, k], []) for k in range(2)]
-    constraint = [_fit_gp(torch.as_tensor(X), X[:, 0] - 0.5, [])]
+    models = [fit_gp(torch.as_tensor(X), -Y[:, k], []) for k in range(2)]
+    constraint = [fit_gp(torch.as_tensor(X), X[:, 0] - 0.5, [])]
     posterior = Posterior(models, constraint, Y, kappa=1.0)
     Z = rng.standard_normal((3, 2))
     grad = posterior.potential_gradients(Z, temperature=0.5)

@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from engines import pom
+from engines import bo, pom
 from engines.base import History, Problem
+from engines.bo import fit_gp
 from engines.errors import EngineOptionsError
 from engines.metrics import non_dominated
-from engines.pom import (
+from engines.pareto_matching import (
     batch_score,
     greedy_batch,
     non_dominated_per_sample,
@@ -135,7 +136,7 @@ def test_refined_points_reach_a_pareto_set_on_the_boundary_that_the_pool_misses(
     X = rng.random((20, 2))
     targets = -np.column_stack([X[:, 0], 1 - X[:, 0] + 4 * X[:, 1]])  # the models maximize
     tX = torch.as_tensor(X)
-    model = ModelListGP(*[pom._fit_gp(tX, targets[:, i], []) for i in range(2)])
+    model = ModelListGP(*[fit_gp(tX, targets[:, i], []) for i in range(2)])
     torch.manual_seed(0)
     with torch.no_grad():
         paths = pom.draw_matheron_paths(model, torch.Size([8]))
@@ -227,7 +228,7 @@ def test_a_numerical_failure_falls_back_to_sobol_with_the_reason(monkeypatch):
     def fail(*args, **kwargs):
         raise ModelFittingError("no luck")
 
-    monkeypatch.setattr(pom, "_fit_gp", fail)
+    monkeypatch.setattr(bo, "fit_gp", fail)
     proposal = _suggest(Problem(SPACE, n_objectives=2), _history(2), 2)
     assert [d["source"] for d in proposal.details] == ["sobol", "sobol"]
     assert "ModelFittingError: no luck" in proposal.details[0]["fallback"]

@@ -1,4 +1,4 @@
-"""engines/wgd.py: the min-norm solver, the kernel estimates and the (accelerated) dynamics."""
+"""engines/wasserstein_particles.py: the min-norm solver, kernel estimates and the dynamics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from engines.wgd import (
+from engines.wasserstein_particles import (
     Particles,
     blob_gradient,
     gram,

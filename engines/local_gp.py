@@ -1,0 +1,206 @@
+"""The local GP surrogate of the ``lcbo`` engine: posterior, gradient information, merit, KKT.
+
+``LocalGP`` holds a fitted BoTorch GP (``engines.bo.fit_gp``) in standardized units, with the
+posterior written out so that torch autograd gives its gradients::
+
+    mu(x) = m + k(x, X) (K + s2 I)^-1 (y - m)
+    sigma^2(x) = k(x, x) - k(x, X) (K + s2 I)^-1 k(X, x)
+
+and the gradient information of extra points at an anchor ``a`` [Muller2021gibo]: with a
+conditioning set ``A``, ``G = dk(a, A)/da``, ``g(z) = dk(a, z)/da`` and ``M = (K_A + s2 I)^-1``,
+the trace of the gradient's posterior covariance drops by ``||G M k(A, z) - g(z)||^2 / v(z)``,
+``v(z) = k(z, z) + s2 - k(z, A) M k(A, z)``, when ``z`` joins ``A`` (no values needed).
+
+``Merit`` is the penalized surrogate ``Phi(x) = mu_f(x) + rho sum_j softplus_tau(u_j(x))`` with
+the pessimistic scaled constraints ``u_j = (mu_cj + beta sigma_cj) / s_j``; ``kkt_residual`` the
+KKT residual of ``min f s.t. c <= 0`` on the unit cube, with multipliers by non-negative least
+squares. The ``lcbo`` module docstring states how the engine uses them.
+
+References:
+    [Muller2021gibo] S. Muller, A. von Rohr, S. Trimpe. Local policy search with Bayesian
+        optimization. NeurIPS 2021.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from botorch.models import SingleTaskGP
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from scipy.optimize import nnls
+
+#: A constraint takes part in the multipliers when ``u_j >= -_ACTIVE`` (standardized units).
+_ACTIVE = 0.1
+#: A coordinate this close to 0 or 1 is on its bound.
+_AT_BOUND = 1e-6
+
+
+class LocalGP:
+    """A fitted GP in standardized units: its posterior, with gradients by autograd, and the
+    gradient information of extra points (module docstring)."""
+
+    def __init__(self, model: SingleTaskGP) -> None:
+        model.eval()
+        self.kernel = model.covar_module
+        self.X: torch.Tensor = model.train_inputs[0].detach()
+        self.noise = float(model.likelihood.noise.detach().reshape(-1)[0])
+        self.constant = float(model.mean_module.constant.detach().reshape(-1)[0])
+        transform: Any = model.outcome_transform
+        #: Standardization of the outputs: ``value = offset + scale * standardized``.
+        self.offset = float(transform.means.reshape(-1)[0])
+        self.scale = float(transform.stdvs.reshape(-1)[0])
+        with torch.no_grad():
+            K = self.k(self.X, self.X) + self.noise * torch.eye(len(self.X), dtype=self.X.dtype)
+            self.L = psd_safe_cholesky(K)
+            resid = (model.train_targets.detach() - self.constant).unsqueeze(-1)
+            self.alpha = torch.cholesky_solve(resid, self.L).squeeze(-1)
+
+    def k(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return self.kernel(A, B).to_dense()
+
+    def mean(self, Z: torch.Tensor) -> torch.Tensor:
+        """Standardized posterior mean at ``Z: (s, d)``, ``(s,)``."""
+        return self.constant + self.k(Z, self.X) @ self.alpha
+
+    def std(self, Z: torch.Tensor) -> torch.Tensor:
+        """Standardized posterior standard deviation at ``Z: (s, d)``, ``(s,)``."""
+        V = torch.linalg.solve_triangular(self.L, self.k(self.X, Z), upper=False)
+        prior = self.kernel(Z, Z, diag=True)
+        return (prior - (V * V).sum(0)).clamp_min(1e-12).sqrt()
+
+    def hyperparameters(self) -> list[float]:
+        """Log lengthscales, then log noise, rounded for the JSON state."""
+        lengthscale = self.kernel.lengthscale.detach().reshape(-1)
+        values = [*lengthscale.log().tolist(), math.log(self.noise)]
+        return [round(v, 4) for v in values]
+
+    def gradient_information(
+        self, anchor: torch.Tensor, A: torch.Tensor, Z: torch.Tensor
+    ) -> torch.Tensor:
+        """``tr Sigma_grad(anchor | A) - tr Sigma_grad(anchor | A + z)`` for each row ``z`` of
+        ``Z: (m, d)``, ``(m,)``; ``A: (a, d)`` is the conditioning set (no values needed)."""
+        L, W = self._conditioning(anchor, A)
+        V = torch.linalg.solve_triangular(L, self.k(A, Z), upper=False)
+        u = W.T @ V - self._kernel_gradient(anchor, Z).T
+        variance = self.kernel(Z, Z, diag=True) + self.noise - (V * V).sum(0)
+        return (u * u).sum(0) / variance.clamp_min(1e-12)
+
+    def gradient_trace(self, anchor: torch.Tensor, A: torch.Tensor) -> float:
+        """``tr Sigma_grad(anchor | A)``: the posterior variance of the gradient, summed."""
+        _, W = self._conditioning(anchor, A)
+        r = torch.zeros_like(anchor, requires_grad=True)
+        k = self.k(anchor[None, :], (anchor + r)[None, :]).reshape(())
+        (g,) = torch.autograd.grad(k, r, create_graph=True)
+        # For a stationary kernel, d2 k(a, b) / da_i db_i at b = a is -d2 k(a, a + r) / dr_i2.
+        prior = -sum(
+            float(torch.autograd.grad(g[i], r, retain_graph=True)[0][i]) for i in range(len(r))
+        )
+        return prior - float((W * W).sum().detach())
+
+    def _conditioning(
+        self, anchor: torch.Tensor, A: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Cholesky factor ``L`` of ``K_A + s2 I`` and ``W = L^-1 G``, ``G = dk(anchor, A)``."""
+        K = self.k(A, A) + self.noise * torch.eye(len(A), dtype=A.dtype)
+        L = psd_safe_cholesky(K)
+        W = torch.linalg.solve_triangular(L, self._kernel_gradient(anchor, A), upper=False)
+        return L, W
+
+    def _kernel_gradient(self, anchor: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+        """``(m, d)``: row ``i`` is ``dk(anchor, z_i) / d anchor``. The kernel is stationary, so
+        that is ``-dk(anchor, z_i) / dz_i``, all rows from one backward pass."""
+        Z = Z.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(self.k(anchor[None, :], Z).sum(), Z)
+        return -grad
+
+
+class Merit:
+    """``Phi(Z)`` for ``Z: (s, d)``, ``(s,)``: the penalized surrogate of the module docstring
+    (the smooth total violation when ``feasibility``)."""
+
+    def __init__(
+        self,
+        models: Sequence[LocalGP],
+        penalty: float,
+        feasibility: bool,
+        beta: float,
+        temperature: float,
+    ) -> None:
+        self.objective, self.constraints = models[0], list(models[1:])
+        self.penalty, self.feasibility = penalty, feasibility
+        self.beta, self.tau = beta, temperature
+
+    def scaled_constraints(self, Z: torch.Tensor) -> torch.Tensor:
+        """``u_j(Z)``, ``(s, k)``: pessimistic constraint values over their local std."""
+        columns = [c.offset / c.scale + c.mean(Z) + self.beta * c.std(Z) for c in self.constraints]
+        return torch.stack(columns, dim=-1) if columns else torch.zeros(len(Z), 0)
+
+    def __call__(self, Z: torch.Tensor) -> torch.Tensor:
+        u = self.scaled_constraints(Z)
+        violation = (self.tau * torch.nn.functional.softplus(u / self.tau)).sum(-1)
+        if self.feasibility:
+            return violation
+        return self.objective.mean(Z) + self.penalty * violation
+
+    def weights(self, x: torch.Tensor) -> list[float]:
+        """Each GP's weight in the merit's linearization at ``x: (d,)``."""
+        with torch.no_grad():
+            slopes = torch.sigmoid(self.scaled_constraints(x[None, :])[0] / self.tau).tolist()
+        if self.feasibility:
+            return [0.0, *slopes] if any(s > 0 for s in slopes) else [1.0] * (1 + len(slopes))
+        return [1.0, *(self.penalty * s for s in slopes)]
+
+
+def kkt_at(models: Sequence[LocalGP], x: np.ndarray) -> tuple[float, np.ndarray]:
+    """The KKT residual of the posterior means at ``x: (d,)`` and the constraint multipliers
+    ``(k,)`` (zero for inactive constraints), all in standardized units."""
+    tx = torch.as_tensor(x, dtype=torch.float64)[None, :].requires_grad_(True)
+    grads, values = [], []
+    for m in models:
+        mean = m.mean(tx).sum()
+        (g,) = torch.autograd.grad(mean, tx)
+        grads.append(g[0].numpy())
+        values.append(m.offset / m.scale + float(mean.detach()))
+    c = np.array(values[1:])
+    return kkt_residual(grads[0], np.array(grads[1:]).reshape(len(c), len(x)), c, x)
+
+
+def kkt_residual(
+    grad_f: np.ndarray, jac_c: np.ndarray, c: np.ndarray, x: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """``(r_KKT, lambda)`` of minimizing ``f`` subject to ``c <= 0`` and ``x`` in the unit cube.
+
+    ``grad_f: (d,)``, ``jac_c: (k, d)``, ``c: (k,)``, ``x: (d,)``. The multipliers of the
+    constraints with ``c_j >= -0.1`` and of the bounds ``x`` sits on come from non-negative
+    least squares of ``grad_f + J^T lambda + bound terms``; ``lambda: (k,)``.
+    """
+    d, k = len(x), len(c)
+    active = np.flatnonzero(c >= -_ACTIVE)
+    at_lower, at_upper = np.flatnonzero(x <= _AT_BOUND), np.flatnonzero(x >= 1 - _AT_BOUND)
+    eye = np.eye(d)
+    # Columns: gradients of the active constraints, -e_i for x_i >= 0, +e_i for x_i <= 1.
+    A = np.column_stack([jac_c[active].T, -eye[:, at_lower], eye[:, at_upper]]).reshape(d, -1)
+    multipliers = np.zeros(k)
+    stationarity = grad_f
+    if A.shape[1]:
+        weights, _ = nnls(A, -grad_f)
+        multipliers[active] = weights[: len(active)]
+        stationarity = grad_f + A @ weights
+    residual = np.linalg.norm(stationarity) + np.abs(multipliers * c).sum()
+    return float(residual + np.maximum(c, 0.0).sum()), multipliers
+
+
+def warm_start(values: list[float]) -> Any:
+    """A ``start`` for ``bo.fit_gp`` that sets the lengthscales and noise of ``values``."""
+
+    def start(model: SingleTaskGP) -> None:
+        tensor = torch.as_tensor(values, dtype=torch.float64).exp()
+        lengthscale = tensor[:-1].clamp(min=0.03, max=1e4)
+        model.covar_module.lengthscale = lengthscale.reshape(model.covar_module.lengthscale.shape)
+        model.likelihood.noise = tensor[-1:].clamp(min=2e-4, max=1.0)
+
+    return start

@@ -1,0 +1,182 @@
+"""engines/bo.py: the building blocks the model-based engines share, tested on arrays."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from botorch.models import MixedSingleTaskGP, SingleTaskGP
+
+from engines.base import History, Problem
+from engines.bo import (
+    failure,
+    fit_gp,
+    needs_python_random,
+    reference_point,
+    replace_duplicates,
+    seeded,
+    sobol_then_model,
+    training_data,
+    unfilled,
+)
+from engines.quasirandom import SobolStream
+from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+
+
+def floats(d: int) -> SearchSpace:
+    return SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(d)])
+
+
+def history(X: np.ndarray, Y: np.ndarray, C: np.ndarray | None = None, pending=None) -> History:
+    n, d = X.shape
+    C = np.zeros((n, 0)) if C is None else C
+    return History(X, Y, C, np.zeros((0, d)) if pending is None else pending)
+
+
+def test_training_data_negates_objectives_and_makes_values_finite():
+    problem = Problem(floats(2), n_objectives=1, n_constraints=1)
+    X = np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]])
+    Y = np.array([[1.0], [np.inf], [3.0]])
+    C = np.array([[-1.0], [np.nan], [2.0]])
+    data = training_data(problem, history(X, Y, C))
+    assert not isinstance(data, str)
+    X_train, targets = data
+    np.testing.assert_array_equal(X_train, X)
+    # A non-finite objective counts as the worst finite one; the GP models -Y.
+    np.testing.assert_array_equal(targets[:, 0], [-1.0, -3.0, -3.0])
+    # A non-finite constraint is violated: max(c, 0) plus the range of the finite values.
+    np.testing.assert_array_equal(targets[:, 1], [-1.0, 5.0, 2.0])
+
+
+def test_training_data_gives_a_reason_when_there_is_too_little_data():
+    problem = Problem(floats(1))
+    assert training_data(problem, history(np.array([[0.5]]), np.array([[1.0]]))) == (
+        "fewer than 2 completed trials"
+    )
+    two = history(np.array([[0.1], [0.9]]), np.array([[1.0], [np.nan]]))
+    assert training_data(problem, two) == "objective 0 has fewer than 2 finite values"
+
+
+def test_fit_gp_interpolates_a_smooth_function():
+    X = torch.linspace(0, 1, 12, dtype=torch.float64).unsqueeze(-1)
+    y = np.sin(6 * X[:, 0].numpy())
+    with seeded(0, False):
+        model = fit_gp(X, y, [])
+    assert type(model) is SingleTaskGP
+    Z = torch.tensor([[0.25], [0.55]], dtype=torch.float64)
+    mean = model.posterior(Z).mean.detach().numpy().ravel()
+    np.testing.assert_allclose(mean, np.sin(6 * Z[:, 0].numpy()), atol=0.05)
+
+
+def test_fit_gp_uses_a_mixed_kernel_with_categorical_dimensions_and_the_start():
+    X = torch.tensor([[0.1, 0.25], [0.5, 0.75], [0.9, 0.25], [0.3, 0.75]], dtype=torch.float64)
+    started = []
+    with seeded(0, False):
+        model = fit_gp(X, np.array([0.0, 1.0, 0.5, 0.2]), [1], maxiter=5, start=started.append)
+    assert type(model) is MixedSingleTaskGP
+    assert started == [model]
+
+
+def test_seeded_is_reproducible_and_restores_the_global_generators():
+    torch.manual_seed(123)
+    random.seed(123)
+    expected_torch, expected_python = torch.rand(1), random.random()
+    torch.manual_seed(123)
+    random.seed(123)
+    with seeded(7, True):
+        first = torch.rand(3), random.random()
+    with seeded(7, True):
+        second = torch.rand(3), random.random()
+    assert torch.equal(first[0], second[0]) and first[1] == second[1]
+    assert torch.equal(torch.rand(1), expected_torch)
+    assert random.random() == expected_python
+
+
+def test_needs_python_random_only_for_categoricals_of_more_than_20_choices():
+    assert not needs_python_random(SearchSpace([CategoricalParam("c", list(range(20)))]))
+    assert needs_python_random(SearchSpace([CategoricalParam("c", list(range(21)))]))
+    assert not needs_python_random(floats(3))
+
+
+def test_reference_point_is_the_given_one_in_the_models_orientation():
+    problem = Problem(floats(1), n_objectives=2, reference_point=np.array([1.0, 2.0]))
+    ref = reference_point(problem, np.zeros((3, 2)))
+    np.testing.assert_array_equal(ref.numpy(), [-1.0, -2.0])
+
+
+def test_reference_point_lies_below_the_feasible_front():
+    problem = Problem(floats(1), n_objectives=2, n_constraints=1)
+    # Columns: -Y (maximized), then the constraint; the last row is infeasible and far out.
+    targets = np.array([[0.0, 1.0, -1.0], [1.0, 0.0, -1.0], [0.5, 0.5, -1.0], [-9, -9, 1.0]])
+    ref = reference_point(problem, targets).numpy()
+    assert np.all(ref < 0.0) and np.all(ref > -1.0)
+
+
+def test_unfilled_and_failure():
+    X, details = unfilled(2, 3, "why")
+    assert X.shape == (3, 2) and np.isnan(X).all()
+    assert details == [{"source": "sobol", "fallback": "why"}] * 3
+    assert failure(ValueError("x" * 200)) == "ValueError: " + "x" * 120
+
+
+def test_replace_duplicates_fills_nan_rows_and_replaces_repeats():
+    problem = Problem(floats(2))
+    observed = np.array([[0.25, 0.25]])
+    X = np.array([[0.25, 0.25], [np.nan, np.nan], [0.7, 0.7], [0.7, 0.7]])
+    details = [{"source": "m"} for _ in range(4)]
+    stream = SobolStream(2, seed=1)
+    new = replace_duplicates(
+        problem, history(observed, np.ones((1, 1))), X, details, stream, np.random.default_rng(0)
+    )
+    assert np.isfinite(new).all()
+    assert len({tuple(row) for row in np.vstack([observed, new])}) == 5
+    np.testing.assert_array_equal(new[2], [0.7, 0.7])
+    assert details[0]["replaced"] and details[3]["replaced"]
+    assert details[1] == {"source": "m"} and details[2] == {"source": "m"}
+    assert np.isnan(X[1]).all()  # the input is not modified
+
+
+def test_replace_duplicates_draws_a_free_cell_or_says_none_is_left():
+    problem = Problem(SearchSpace([IntParam("i", 0, 1)]))
+    observed = np.array([[0.25]])
+    stream = SobolStream(1, seed=0)
+    rng = np.random.default_rng(0)
+    details: list = [{"source": "m"}, {"source": "m"}]
+    new = replace_duplicates(
+        problem,
+        history(observed, np.ones((1, 1))),
+        np.array([[0.25], [0.25]]),
+        details,
+        stream,
+        rng,
+    )
+    assert new[0, 0] == 0.75
+    assert "duplicate" not in details[0]
+    assert details[1]["duplicate"] == "no free value left in the space"
+
+
+@pytest.mark.parametrize("n_done", [0, 3, 5])
+def test_sobol_then_model_asks_the_model_only_past_n_initial(n_done):
+    problem = Problem(floats(2))
+    rng = np.random.default_rng(0)
+    X = rng.random((n_done, 2))
+    calls = []
+
+    def model_points(X_pending, k):
+        calls.append((X_pending.copy(), k))
+        return np.full((k, 2), 0.5) + 0.01 * np.arange(k)[:, None], [{"source": "m"}] * k, "extra"
+
+    X_new, details, extra = sobol_then_model(
+        problem, history(X, np.ones((n_done, 1))), 4, 5, SobolStream(2, seed=3), rng, model_points
+    )
+    n_sobol = max(0, min(4, 5 - n_done))
+    assert X_new.shape == (4, 2)
+    assert [d["source"] for d in details] == ["sobol"] * n_sobol + ["m"] * (4 - n_sobol)
+    if n_sobol == 4:
+        assert calls == [] and extra is None
+    else:
+        ((pending, k),) = calls
+        assert k == 4 - n_sobol and extra == "extra"
+        np.testing.assert_array_equal(pending, X_new[:n_sobol])
