@@ -197,13 +197,16 @@ class Engine(Protocol):
     schedules_units: ClassVar[bool]
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal: ...
+
+
+class ModelBasedEngine:
+    """The class attributes an engine that models the observations shares (``gp``, ``pom``,
+    ``mwgd``, ``lcbo``, ``turbo-enn``); each sets its ``name`` and ``max_objectives``."""
+
+    uses_observations: ClassVar[bool] = True
+    schedules_units: ClassVar[bool] = False
 
 
 def check_option_ranges(checks: list[tuple[str, int | None, int, int, bool]]) -> None:

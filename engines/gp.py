@@ -72,9 +72,10 @@ from botorch.models import ModelListGP
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+from numpy.random import Generator
 
 from engines import bo
-from engines.base import JSON, History, Problem, Proposal
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
 from engines.quasirandom import SobolStream
 from engines.space import SearchSpace
 
@@ -82,7 +83,7 @@ _STATE_VERSION = 1
 
 
 @dataclass
-class GPEngine:
+class GPEngine(ModelBasedEngine):
     """GP Bayesian optimization with qLogNEI / qLogNEHVI; see the module docstring.
 
     Options:
@@ -95,9 +96,7 @@ class GPEngine:
     """
 
     name: ClassVar[str] = "gp"
-    uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = None
-    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     num_restarts: int = 8
@@ -107,17 +106,13 @@ class GPEngine:
     def __post_init__(self) -> None:
         if self.n_initial is not None and not 1 <= self.n_initial <= 10_000:
             raise ValueError(f"n_initial must be between 1 and 10000 or null, got {self.n_initial}")
-        if not 1 <= self.num_restarts <= 256:
-            raise ValueError(f"num_restarts must be between 1 and 256, got {self.num_restarts}")
+        check_option_ranges([("num_restarts", self.num_restarts, 1, 256, False)])
         if not self.num_restarts <= self.raw_samples <= 65_536:
             raise ValueError(
                 f"raw_samples must be between num_restarts ({self.num_restarts}) and 65536, "
                 f"got {self.raw_samples}"
             )
-        if not 2 <= self.max_discrete_levels <= 10_000:
-            raise ValueError(
-                f"max_discrete_levels must be between 2 and 10000, got {self.max_discrete_levels}"
-            )
+        check_option_ranges([("max_discrete_levels", self.max_discrete_levels, 2, 10_000, False)])
 
     def suggest(
         self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
@@ -129,12 +124,7 @@ class GPEngine:
         return Proposal(X=X, state={"version": _STATE_VERSION, **stream.state()}, details=details)
 
     def _model_points(
-        self,
-        problem: Problem,
-        history: History,
-        X_pending: np.ndarray,
-        count: int,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, X_pending: np.ndarray, count: int, rng: Generator
     ) -> tuple[np.ndarray, list[JSON], None]:
         """``count`` points from the acquisition optimizer, ``(count, d)`` snapped, with details;
         points marked with NaN rows (and a ``fallback`` reason) when the model cannot be used.

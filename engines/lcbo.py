@@ -49,10 +49,10 @@ import torch
 from scipy.optimize import minimize
 
 from engines import bo
-from engines.base import JSON, History, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
 from engines.errors import EngineUnsupported
 from engines.local_gp import LocalGP, Merit, kkt_at, warm_start
-from engines.local_search import initial_design, parse_state, perturbation_mask
+from engines.local_search import SearchState, initial_design, parse_state, perturbation_mask
 from engines.quasirandom import SobolStream
 
 _STATE_VERSION = 1
@@ -64,13 +64,9 @@ _OVERSHOOTS = 3
 
 
 @dataclass(frozen=True)
-class LCBOState:
+class LCBOState(SearchState):
     """The engine's JSON state; see the module docstring."""
 
-    version: int
-    seed: int  # of the Sobol stream of initial designs
-    index: int  # next point of that stream
-    generation: int  # restarts so far
     region_start: int  # first History row of the current local search
     n_seen: int  # History rows already absorbed
     n_failed_seen: int  # failed or infeasible trials already counted as stalls
@@ -114,7 +110,7 @@ def _number(v: Any) -> bool:
 
 
 @dataclass
-class LCBOEngine:
+class LCBOEngine(ModelBasedEngine):
     """Local constrained BO: descent on a penalized surrogate plus gradient-information
     exploration; see the module docstring.
 
@@ -136,9 +132,7 @@ class LCBOEngine:
     """
 
     name: ClassVar[str] = "lcbo"
-    uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = 1
-    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     local_points: int | None = None
@@ -204,12 +198,8 @@ class LCBOEngine:
     def _fresh(self, history: History, rng: np.random.Generator) -> LCBOState:
         """A local search over the whole history: a lost state is rebuilt, never a study."""
         return LCBOState(
-            version=_STATE_VERSION,
-            seed=int(rng.integers(2**31)),
-            index=0,
-            generation=0,
+            **SearchState.first_fields(_STATE_VERSION, rng),
             region_start=0,
-            n_seen=0,
             n_failed_seen=len(history.X_failed),
             n_init_given=history.n + len(history.X_pending),
             hyperparameters=None,

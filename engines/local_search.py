@@ -4,6 +4,7 @@ Both search one region of the unit cube at a time. A region's data are the ``His
 from its start row on (rows are in completion order), and it opens with an initial design of
 Sobol points; its state is a frozen dataclass stored as the study's JSON state. Here:
 
+- ``SearchState``: the first fields of such a state, and how they start.
 - ``parse_state``: the state dataclass from JSON, or ``None`` when the JSON does not fit it.
 - ``initial_design``: the Sobol points of a region's initial design within a batch.
 - ``perturbation_mask``: which coordinates of a candidate move away from the centre, the
@@ -20,7 +21,7 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,6 +30,25 @@ from engines.base import JSON, History, Problem
 from engines.quasirandom import SobolStream, sobol_points
 
 State = TypeVar("State")
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """The first fields of a local-search engine's state; the engine's subclass adds the
+    region's start row (a field named ``*_start``), ``n_seen`` and its own fields."""
+
+    version: int
+    seed: int  # of the Sobol stream of initial designs
+    index: int  # next point of that stream
+    generation: int  # restarts so far
+
+    @staticmethod
+    def first_fields(version: int, rng: np.random.Generator) -> dict[str, Any]:
+        """The counters a state starts with at a study's first ask (or when its state was
+        lost), with ``n_seen``: a new Sobol seed drawn from ``rng``, nothing drawn, seen or
+        restarted yet."""
+        seed = int(rng.integers(2**31))
+        return {"version": version, "seed": seed, "index": 0, "generation": 0, "n_seen": 0}
 
 
 def parse_state(cls: type[State], state: JSON, history: History, version: int) -> State | None:

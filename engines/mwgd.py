@@ -46,7 +46,7 @@ from botorch.exceptions.errors import BotorchError
 from botorch.models import SingleTaskGP
 
 from engines import bo, wasserstein_particles
-from engines.base import JSON, History, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
 from engines.metrics import hypervolume, non_dominated
 from engines.quasirandom import SobolStream
 
@@ -62,7 +62,7 @@ _MIN_DISTANCE = 1e-3
 
 
 @dataclass
-class MWGDEngine:
+class MWGDEngine(ModelBasedEngine):
     """Batch multi-objective BO by A-MWGraD on the GP posteriors; see the module docstring.
 
     Options:
@@ -79,9 +79,7 @@ class MWGDEngine:
     """
 
     name: ClassVar[str] = "mwgd"
-    uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = None
-    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     n_particles: int | None = None

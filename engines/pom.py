@@ -52,10 +52,11 @@ import torch
 from botorch.exceptions.errors import BotorchError
 from botorch.models import ModelListGP
 from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
+from numpy.random import Generator
 from scipy.stats import qmc
 
 from engines import bo
-from engines.base import JSON, History, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
 from engines.metrics import non_dominated
 from engines.pareto_matching import batch_score, greedy_batch, pareto_sample_masks
 from engines.quasirandom import SobolStream
@@ -75,7 +76,7 @@ _PENALTY = 10.0
 
 
 @dataclass
-class POMEngine:
+class POMEngine(ModelBasedEngine):
     """Batch multi-objective BO by Probability of Matching; see the module docstring.
 
     Options:
@@ -91,9 +92,7 @@ class POMEngine:
     """
 
     name: ClassVar[str] = "pom"
-    uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = None
-    schedules_units: ClassVar[bool] = False
 
     n_initial: int | None = None
     n_samples: int | None = None
@@ -133,12 +132,7 @@ class POMEngine:
         return Proposal(X=X, state=new_state, details=details)
 
     def _model_points(
-        self,
-        problem: Problem,
-        history: History,
-        X_pending: np.ndarray,
-        count: int,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, X_pending: np.ndarray, count: int, rng: Generator
     ) -> tuple[np.ndarray, list[JSON], JSON | None]:
         """``count`` points ``(count, d)`` snapped, their details and the batch's POM summary;
         NaN rows (with a ``fallback`` reason) where the model gives no point.

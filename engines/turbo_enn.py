@@ -49,10 +49,10 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import qmc
 
-from engines.base import JSON, History, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
 from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
-from engines.local_search import initial_design, parse_state, perturbation_mask
+from engines.local_search import SearchState, initial_design, parse_state, perturbation_mask
 from engines.quasirandom import SobolStream, sobol_points
 from engines.space import distinct_rows
 
@@ -62,13 +62,9 @@ _IMPROVEMENT = 1e-3
 
 
 @dataclass(frozen=True)
-class TrustRegion:
+class TrustRegion(SearchState):
     """The engine's JSON state; see the module docstring."""
 
-    version: int
-    seed: int  # of the Sobol stream of initial designs
-    index: int  # next point of that stream
-    generation: int  # restarts so far
     tr_start: int  # first History row of the current TR
     n_seen: int  # History rows already counted
     n_init_given: int  # initial points handed out in this TR
@@ -98,7 +94,7 @@ class TrustRegion:
 
 
 @dataclass
-class TurboENNEngine:
+class TurboENNEngine(ModelBasedEngine):
     """TuRBO-1 with an ENN surrogate; see the module docstring.
 
     Options:
@@ -121,9 +117,7 @@ class TurboENNEngine:
     """
 
     name: ClassVar[str] = "turbo-enn"
-    uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = 1
-    schedules_units: ClassVar[bool] = False
 
     noisy: bool = False
     n_initial: int | None = None
@@ -212,21 +206,17 @@ class TurboENNEngine:
     def _fresh(self, history: History, rng: np.random.Generator) -> TrustRegion:
         """A TR over the whole history: a lost state is rebuilt, never a study lost."""
         return TrustRegion(
-            version=_STATE_VERSION,
-            seed=int(rng.integers(2**31)),
-            index=0,
-            generation=0,
+            **SearchState.first_fields(_STATE_VERSION, rng),
             tr_start=0,
-            n_seen=0,
             n_init_given=history.n + len(history.X_pending),
-            length=self.length_init,
-            successes=0,
-            failures=0,
-            best=None,
             last_q=1,
-            b=1.0,
-            a=0.0,
+            **self._new_region(),
         )
+
+    def _new_region(self) -> dict[str, Any]:
+        """The fields a TR starts with, at the first ask and at every restart."""
+        counters = {"successes": 0, "failures": 0}
+        return {"length": self.length_init, **counters, "best": None, "b": 1.0, "a": 0.0}
 
     def _restart(self, tr: TrustRegion, history: History) -> TrustRegion:
         if self.restart_keeps_data:
@@ -239,12 +229,7 @@ class TurboENNEngine:
             tr_start=history.n,
             n_seen=history.n,
             n_init_given=0,
-            length=self.length_init,
-            successes=0,
-            failures=0,
-            best=None,
-            b=1.0,
-            a=0.0,
+            **self._new_region(),
         )
 
     def _absorb(self, tr: TrustRegion, history: History, d: int) -> TrustRegion:
