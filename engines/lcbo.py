@@ -51,7 +51,14 @@ from scipy.optimize import minimize
 from engines import bo
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
 from engines.errors import EngineUnsupported
-from engines.local_gp import LocalGP, Merit, kkt_at, warm_start
+from engines.local_gp import (
+    LocalGP,
+    Merit,
+    kkt_at,
+    merit_gradient_std,
+    most_informative,
+    warm_start,
+)
 from engines.local_search import SearchState, initial_design, parse_state, perturbation_mask
 from engines.quasirandom import SobolStream
 
@@ -368,15 +375,7 @@ class LCBOEngine(ModelBasedEngine):
         tx_t = torch.as_tensor(x_t, dtype=torch.float64)
         weights = merit.weights(tx_t)
         conditioning = torch.cat([models[0].X, _nearest(X_pending, x_t, len(models[0].X))])
-        gradient_std = math.sqrt(
-            max(
-                sum(
-                    w**2 * m.gradient_trace(tx_t, conditioning)
-                    for w, m in zip(weights, models, strict=True)
-                ),
-                0.0,
-            )
-        )
+        gradient_std = merit_gradient_std(models, weights, tx_t, conditioning)
 
         x_plus = self._descend(merit, x_t, rng)
         taken = np.vstack([snap(X_pending), snap(models[0].X.numpy()), snap(X_failed)])
@@ -388,16 +387,9 @@ class LCBOEngine(ModelBasedEngine):
         weights = merit.weights(t_plus)
         cands = torch.as_tensor(self._candidates(x_plus, rng), dtype=torch.float64)
         A = torch.cat([conditioning, torch.as_tensor(np.array(chosen).reshape(-1, d))])
-        while len(chosen) < count:
-            gain = torch.zeros(len(cands), dtype=torch.float64)
-            for w, m in zip(weights, models, strict=True):
-                if w > 0:
-                    gain += w**2 * m.gradient_information(t_plus, A, cands)
-            j = int(torch.argmax(gain))
-            chosen.append(cands[j].numpy().copy())
-            roles.append("exploration")
-            A = torch.cat([A, cands[j : j + 1]])
-            cands = torch.cat([cands[:j], cands[j + 1 :]])
+        explored = most_informative(models, weights, t_plus, A, cands, count - len(chosen))
+        chosen += explored
+        roles += ["exploration"] * len(explored)
         return np.array(chosen), roles, penalty, kkt, gradient_std
 
     def _descend(self, merit: Merit, x_t: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -155,6 +155,39 @@ class Merit:
         return [1.0, *(self.penalty * s for s in slopes)]
 
 
+def merit_gradient_std(
+    models: Sequence[LocalGP], weights: list[float], anchor: torch.Tensor, A: torch.Tensor
+) -> float:
+    """``sqrt(sum_i w_i^2 tr Sigma_grad_i(anchor | A))``: the posterior standard deviation of
+    the merit's gradient at ``anchor: (d,)``, conditioned on ``A: (a, d)``."""
+    total = sum(w**2 * m.gradient_trace(anchor, A) for w, m in zip(weights, models, strict=True))
+    return math.sqrt(max(total, 0.0))
+
+
+def most_informative(
+    models: Sequence[LocalGP],
+    weights: list[float],
+    anchor: torch.Tensor,
+    A: torch.Tensor,
+    candidates: torch.Tensor,
+    n: int,
+) -> list[np.ndarray]:
+    """``n`` rows of ``candidates: (M, d)`` chosen greedily, each the one whose addition to
+    ``A`` most reduces the weighted trace of the gradient's posterior covariance at
+    ``anchor``; each chosen row joins ``A`` before the next choice."""
+    chosen = []
+    for _ in range(n):
+        gain = torch.zeros(len(candidates), dtype=torch.float64)
+        for w, m in zip(weights, models, strict=True):
+            if w > 0:
+                gain += w**2 * m.gradient_information(anchor, A, candidates)
+        j = int(torch.argmax(gain))
+        chosen.append(candidates[j].numpy().copy())
+        A = torch.cat([A, candidates[j : j + 1]])
+        candidates = torch.cat([candidates[:j], candidates[j + 1 :]])
+    return chosen
+
+
 def kkt_at(models: Sequence[LocalGP], x: np.ndarray) -> tuple[float, np.ndarray]:
     """The KKT residual of the posterior means at ``x: (d,)`` and the constraint multipliers
     ``(k,)`` (zero for inactive constraints), all in standardized units."""
