@@ -229,7 +229,7 @@ class Proposer:
             self.state: dict[str, Any] = {}
             self.rng = np.random.default_rng(seed_int(seed, PROBLEMS.index(spec.key), 1))
         elif method == "scbo":
-            from scbo import SCBO
+            from bench.scbo import SCBO
 
             self.scbo = SCBO(d, Q, k, seed=seed_int(seed, PROBLEMS.index(spec.key), 2) % 2**31)
             self.scbo.n_init = spec.n_init

@@ -561,7 +561,7 @@ def build_reference(key: str, f: Evaluator) -> Reference:
     pareto_set, front = reference(key)
     share = hypervolume(front, f.ref_point) / f.max_hv if f.spec.m == 2 else float("nan")
     if f.spec.m > 2:
-        from pom_reference import hv_share_torch
+        from bench.pom_reference import hv_share_torch
 
         share = hv_share_torch(front, f.ref_point, f.max_hv)
     return Reference(pareto_set, front, share, time.perf_counter() - t0)
