@@ -28,4 +28,4 @@ test: lint
 	$(PY) -m pytest
 
 bench: install
-	$(PY) bench/service_throughput.py
+	$(PY) -m bench.service_throughput

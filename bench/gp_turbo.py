@@ -32,7 +32,7 @@ that use it say so.
 Also a command line for one cold proposal in its own process (the bench runs it under a
 timeout)::
 
-    .venv/bin/python bench/gp_turbo.py --n 2000 --d 20 --q 4   # prints one JSON line
+    .venv/bin/python -m bench.gp_turbo --n 2000 --d 20 --q 4   # prints one JSON line
 """
 
 from __future__ import annotations
@@ -40,19 +40,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _ennbo_run import timing_data
+from bench._ennbo_run import timing_data
 
 DTYPE = torch.float64
 LENGTH_INIT, LENGTH_MIN, LENGTH_MAX = 0.8, 0.5**7, 1.6

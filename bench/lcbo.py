@@ -50,10 +50,10 @@ prints the plan. Deadline guard (``--budget-min``, default 88): a run whose esti
 past the budget is not started; the output names what was left out. Run it on an otherwise
 idle machine: every method's time per ask is measured beside one other run.
 
-    .venv/bin/python bench/lcbo.py            # full: 6 problems x 3-5 seeds x 4 methods
-    .venv/bin/python bench/lcbo.py --quick    # 1 seed, short budgets: < 5 min
-    .venv/bin/python bench/lcbo.py --plan     # print the plan (estimated seconds), exit
-    .venv/bin/python bench/lcbo.py --problems ackley10,speedreducer --methods lcbo,scbo
+    .venv/bin/python -m bench.lcbo            # full: 6 problems x 3-5 seeds x 4 methods
+    .venv/bin/python -m bench.lcbo --quick    # 1 seed, short budgets: < 5 min
+    .venv/bin/python -m bench.lcbo --plan     # print the plan (estimated seconds), exit
+    .venv/bin/python -m bench.lcbo --problems ackley10,speedreducer --methods lcbo,scbo
 
 Progress goes to stderr; the tables and the final JSON line to stdout. An interrupted run
 (Ctrl-C, SIGTERM) still prints what it finished, with ``"interrupted": true``.
@@ -78,18 +78,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.stats import qmc
+
+from bench.version import code_version
+from engines.base import History, Problem
+from engines.registry import make_engine
+from engines.space import FloatParam, SearchSpace
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, BENCH_DIR)
-
-from scipy.stats import qmc  # noqa: E402
-from version import code_version  # noqa: E402
-
-from engines.base import History, Problem  # noqa: E402
-from engines.registry import make_engine  # noqa: E402
-from engines.space import FloatParam, SearchSpace  # noqa: E402
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/lcbo.py", "bench/scbo.py")
@@ -232,7 +229,7 @@ class Proposer:
             self.state: dict[str, Any] = {}
             self.rng = np.random.default_rng(seed_int(seed, PROBLEMS.index(spec.key), 1))
         elif method == "scbo":
-            from scbo import SCBO
+            from bench.scbo import SCBO
 
             self.scbo = SCBO(d, Q, k, seed=seed_int(seed, PROBLEMS.index(spec.key), 2) % 2**31)
             self.scbo.n_init = spec.n_init

@@ -25,8 +25,8 @@ share, EMD against the dense reference Pareto set and seconds per batch (bench/p
 docstring defines them). Target: mwgd's median HV share within 5 % of qLogNEHVI's (ratio >=
 0.95) on both problems. Part 2 gets the time left of an 85-minute budget (its deadline guard).
 
-    .venv/bin/python bench/mwgd.py            # full: part 1 (~3 min), part 2 (~30 min)
-    .venv/bin/python bench/mwgd.py --quick    # part 1: 1 seed, 300 iterations; part 2: 1 seed,
+    .venv/bin/python -m bench.mwgd            # full: part 1 (~3 min), part 2 (~30 min)
+    .venv/bin/python -m bench.mwgd --quick    # part 1: 1 seed, 300 iterations; part 2: 1 seed,
                                               # 4 batches: under 5 min
 """
 
@@ -40,15 +40,11 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from version import code_version
-
+from bench.version import ROOT, code_version
 from engines.wgd import run
 
 #: The files whose changes make the reported code version "+dirty".
@@ -165,7 +161,8 @@ def part2(quick: bool, budget_min: float) -> dict[str, Any]:
     print("\n## Part 2: the mwgd study engine (bench/pom.py protocol)", flush=True)
     cmd = [
         sys.executable,
-        str(Path(__file__).with_name("pom.py")),
+        "-m",
+        "bench.pom",
         "--problems",
         ",".join(PART2_PROBLEMS),
         "--methods",
@@ -175,7 +172,7 @@ def part2(quick: bool, budget_min: float) -> dict[str, Any]:
     ]
     if quick:
         cmd.append("--quick")
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, cwd=ROOT)
     lines = done.stdout.rstrip("\n").split("\n")
     print("\n".join(line for line in lines if not line.startswith("{")))
     found = [json.loads(line) for line in lines if line.startswith("{")]

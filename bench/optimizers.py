@@ -51,9 +51,9 @@ step are wall-clock training-loop times (forward, backward, optimizer step; two 
 SAM family) of the clean runs, median over all runs of an optimizer, and depend on the load of
 the machine.
 
-    .venv/bin/python bench/optimizers.py            # full: 3 seeds, 3000 steps
-    .venv/bin/python bench/optimizers.py --quick    # 1 seed, 300 steps, 3-point sweeps: < 5 min
-    .venv/bin/python bench/optimizers.py --seeds 5 --steps 2000
+    .venv/bin/python -m bench.optimizers            # full: 3 seeds, 3000 steps
+    .venv/bin/python -m bench.optimizers --quick    # 1 seed, 300 steps, 3-point sweeps: < 5 min
+    .venv/bin/python -m bench.optimizers --seeds 5 --steps 2000
 
 Budget: measured on the 2-core machine, one step of every configuration of one seed (both
 experiments) costs about 0.3 s in total (Muon, Muon+, OLion and Shampoo ~3 ms per step, the
@@ -85,10 +85,9 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from engines.optim.registry import OPTIMIZERS, build, search_space
 
-from engines.optim.registry import OPTIMIZERS, build, search_space  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BATCH = 64
 VAL_FRACTION = 0.2

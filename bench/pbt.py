@@ -31,8 +31,8 @@ best PBT interval's median minus 0.5 points (one digit image of the 360 validati
 
 Time: the 15 runs go to 2 worker processes (the machine has 2 cores), 1 torch thread each.
 
-    .venv/bin/python bench/pbt.py            # full: 3 seeds x 5 methods, P = 8, t_max = 2000
-    .venv/bin/python bench/pbt.py --quick    # 1 seed, P = 4, t_max = 400: < 5 min
+    .venv/bin/python -m bench.pbt            # full: 3 seeds x 5 methods, P = 8, t_max = 2000
+    .venv/bin/python -m bench.pbt --quick    # 1 seed, P = 4, t_max = 400: < 5 min
 
 Progress goes to stderr; the tables and the final JSON line to stdout.
 """
@@ -53,12 +53,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from pydantic import TypeAdapter
-from version import code_version
 
+from bench.version import code_version
 from client.models import Parameter
 from client.models import Unit as UnitDocument
 from engines.base import History, Problem, Unit

@@ -56,7 +56,7 @@ Metrics (all in the minimization orientation; ``engines.metrics``), per run, the
   [0, 1], the rest 0.5; ZDT3 ``u_0`` on BoTorch's ``ZDT3._parts``, the rest 0; BraninCurrin the
   non-dominated points of a 1,000 x 1,000 grid; VehicleSafety a dense evolutionary
   approximation cached in ``bench/data/pom_vehiclesafety_reference.csv`` (regenerate:
-  ``python bench/pom_reference.py``).
+  ``python -m bench.pom_reference``).
 - ``igd``: ``igd(Y_nd, front)``: the mean distance from 2,000 points spread over the reference
   front (BraninCurrin 815) to the nearest observed non-dominated objective vector, after
   scaling both by the reference front's ideal and nadir points (every objective on [0, 1]).
@@ -82,13 +82,13 @@ Deadline guard (``--budget-min``, default 88): a seed whose duration (the longes
 would end past the budget is not started, nor a late qLogNParEGO run (its longest run on that
 problem so far); the output says what was left out. Run it on an otherwise idle machine.
 
-    .venv/bin/python bench/pom.py              # full: 4 problems x 5 seeds x 5 methods
-    .venv/bin/python bench/pom.py --quick      # 1 seed; BraninCurrin, ZDT3 (4 batches each),
+    .venv/bin/python -m bench.pom              # full: 4 problems x 5 seeds x 5 methods
+    .venv/bin/python -m bench.pom --quick      # 1 seed; BraninCurrin, ZDT3 (4 batches each),
                                                # VehicleSafety (3): 2.5 min measured
-    .venv/bin/python bench/pom.py --plan       # print the plan (estimated seconds), exit
-    .venv/bin/python bench/pom.py --problems zdt3 --seeds 2 --methods pom,qlognehvi
-    .venv/bin/python bench/pom.py --engine gp  # run another registered engine in pom's place
-    .venv/bin/python bench/pom_reference.py    # rewrite the VehicleSafety reference (~2 min)
+    .venv/bin/python -m bench.pom --plan       # print the plan (estimated seconds), exit
+    .venv/bin/python -m bench.pom --problems zdt3 --seeds 2 --methods pom,qlognehvi
+    .venv/bin/python -m bench.pom --engine gp  # run another registered engine in pom's place
+    .venv/bin/python -m bench.pom_reference    # rewrite the VehicleSafety reference (~2 min)
 
 Progress goes to stderr; the tables and the final JSON line to stdout. An interrupted run
 (Ctrl-C, SIGTERM) still prints what it finished, with ``"interrupted": true``.
@@ -112,42 +112,39 @@ from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
+import optuna
 import torch  # before anything else that could touch threads
-
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH_DIR)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, BENCH_DIR)
-
-import optuna  # noqa: E402
-from botorch.acquisition.multi_objective.logei import (  # noqa: E402
+from botorch.acquisition.multi_objective.logei import (
     qLogNoisyExpectedHypervolumeImprovement,
 )
-from botorch.acquisition.multi_objective.parego import qLogNParEGO  # noqa: E402
-from botorch.exceptions.errors import ModelFittingError  # noqa: E402
-from botorch.exceptions.warnings import BotorchWarning  # noqa: E402
-from botorch.fit import fit_gpytorch_mll  # noqa: E402
-from botorch.models import ModelListGP, SingleTaskGP  # noqa: E402
-from botorch.models.transforms.outcome import Standardize  # noqa: E402
-from botorch.optim.optimize import optimize_acqf, optimize_acqf_list  # noqa: E402
-from botorch.sampling.normal import SobolQMCNormalSampler  # noqa: E402
-from botorch.utils.sampling import sample_simplex  # noqa: E402
-from gpytorch.mlls.sum_marginal_log_likelihood import SumMarginalLogLikelihood  # noqa: E402
-from gpytorch.utils.warnings import GPInputWarning, NumericalWarning  # noqa: E402
-from pom_reference import SPECS, Evaluator, Spec, normalize_front, reference  # noqa: E402
-from scipy.stats import qmc  # noqa: E402
-from version import code_version  # noqa: E402
+from botorch.acquisition.multi_objective.parego import qLogNParEGO
+from botorch.exceptions.errors import ModelFittingError
+from botorch.exceptions.warnings import BotorchWarning
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import ModelListGP, SingleTaskGP
+from botorch.models.transforms.outcome import Standardize
+from botorch.optim.optimize import optimize_acqf, optimize_acqf_list
+from botorch.sampling.normal import SobolQMCNormalSampler
+from botorch.utils.sampling import sample_simplex
+from gpytorch.mlls.sum_marginal_log_likelihood import SumMarginalLogLikelihood
+from gpytorch.utils.warnings import GPInputWarning, NumericalWarning
+from scipy.stats import qmc
 
-from engines.base import History, Problem  # noqa: E402
-from engines.metrics import (  # noqa: E402
+from bench.pom_reference import SPECS, Evaluator, Spec, normalize_front, reference
+from bench.version import code_version
+from engines.base import History, Problem
+from engines.metrics import (
     emd,
     hypervolume,
     igd,
     non_dominated,
     non_dominated_share,
 )
-from engines.registry import make_engine  # noqa: E402
-from engines.space import FloatParam, SearchSpace  # noqa: E402
+from engines.registry import make_engine
+from engines.space import FloatParam, SearchSpace
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH_DIR)
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/pom.py")
@@ -564,7 +561,7 @@ def build_reference(key: str, f: Evaluator) -> Reference:
     pareto_set, front = reference(key)
     share = hypervolume(front, f.ref_point) / f.max_hv if f.spec.m == 2 else float("nan")
     if f.spec.m > 2:
-        from pom_reference import hv_share_torch
+        from bench.pom_reference import hv_share_torch
 
         share = hv_share_torch(front, f.ref_point, f.max_hv)
     return Reference(pareto_set, front, share, time.perf_counter() - t0)

@@ -16,7 +16,7 @@ Reference Pareto sets (design space, unit cube) and fronts (objective space), fr
   0`` (exact; ``g = 1``).
 - BraninCurrin: the non-dominated points of a 1,000 x 1,000 grid of [0, 1]^2, corners
   included (815 points, computed on the fly in about a second).
-- VehicleSafety: no closed form. ``python bench/pom_reference.py`` writes an approximation to
+- VehicleSafety: no closed form. ``python -m bench.pom_reference`` writes an approximation to
   ``bench/data/pom_vehiclesafety_reference.csv``: the non-dominated points of 2^17 scrambled
   Sobol points, refined by ``ROUNDS`` rounds of an evolutionary step (Gaussian moves of the
   current non-dominated set at four scales, coordinates snapped to a bound with probability
@@ -32,7 +32,7 @@ repeatedly add the point farthest from those already chosen. It spreads the refe
 evenly over the set, so a mean over them approximates a mean over the uniform distribution on
 the Pareto set (the dense samples behind them are not uniform).
 
-    .venv/bin/python bench/pom_reference.py        # (re)write the VehicleSafety data file
+    .venv/bin/python -m bench.pom_reference        # (re)write the VehicleSafety data file
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def reference(key: str, n: int = N_REF) -> tuple[np.ndarray, np.ndarray]:
 def load_vehiclesafety() -> tuple[np.ndarray, np.ndarray]:
     if not VS_FILE.exists():
         raise FileNotFoundError(
-            f"{VS_FILE} is missing: run `.venv/bin/python bench/pom_reference.py` (about 30 s)"
+            f"{VS_FILE} is missing: run `.venv/bin/python -m bench.pom_reference` (about 30 s)"
         )
     data = np.loadtxt(VS_FILE, delimiter=",", comments="#", skiprows=0, ndmin=2)
     return data[:, :5], data[:, 5:]

@@ -37,16 +37,12 @@ defaults every time), which keeps the d = 100 runs affordable on 2 cores.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gp_turbo import DTYPE, LENGTH_INIT, LENGTH_MAX, LENGTH_MIN, SUCCESS_TOLERANCE, fit_gp
+from bench.gp_turbo import DTYPE, LENGTH_INIT, LENGTH_MAX, LENGTH_MIN, SUCCESS_TOLERANCE, fit_gp
 
 N_CANDIDATES = 2000
 

@@ -7,8 +7,8 @@ clients (threads, one ``Client`` each, all on one study). Then runs Optuna's ask
 ``RandomSampler`` on RDBStorage (SQLite file, PostgreSQL) and JournalStorage (file), 1 client, at
 the same trial count. Prints a table, then one line of JSON.
 
-    .venv/bin/python bench/service_throughput.py            # full: 1000 pairs, 1600 with 8
-    .venv/bin/python bench/service_throughput.py --quick    # small counts, under a minute
+    .venv/bin/python -m bench.service_throughput            # full: 1000 pairs, 1600 with 8
+    .venv/bin/python -m bench.service_throughput --quick    # small counts, under a minute
 
 PostgreSQL: ``$ASKTELL_BENCH_PG`` (default postgresql://postgres@127.0.0.1:5432/test) is the
 admin URL; scratch databases are created beside it and dropped at the end, even on error.
@@ -39,12 +39,10 @@ import httpx
 import numpy as np
 import psycopg
 
+from bench.version import code_version
+from client import Client
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from version import code_version  # noqa: E402
-
-from client import Client  # noqa: E402
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("service", "engines", "client")
@@ -53,7 +51,7 @@ PG_ADMIN_URL = os.environ.get("ASKTELL_BENCH_PG", "postgresql://postgres@127.0.0
 DIM = 10
 PARAMS = [{"type": "float", "name": f"x{i}", "low": 0.0, "high": 1.0} for i in range(DIM)]
 
-# Optuna figures from /work/shared/research/benchmarks.md section 5 (this machine), for context.
+# Optuna's trials per second on this machine (SQLite and journal storages), for context.
 OPTUNA_REFERENCE = {"sqlite": 22.0, "journal": 182.0}
 
 

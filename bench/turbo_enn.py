@@ -62,12 +62,12 @@ Threads: ``torch.set_num_threads(2)`` here (the machine has 2 cores); the GP-TuR
 processes use 2 threads too; ennbo keeps its own 1-thread setting (more threads made it
 slower on this machine, benchmarks.md section 1.4). Everything runs one at a time.
 
-    .venv/bin/python bench/turbo_enn.py             # full: about 50-60 min on an idle machine
-    .venv/bin/python bench/turbo_enn.py --quick     # N in {1,000, 2,000, 50,000}; 1 seed,
+    .venv/bin/python -m bench.turbo_enn             # full: about 50-60 min on an idle machine
+    .venv/bin/python -m bench.turbo_enn --quick     # N in {1,000, 2,000, 50,000}; 1 seed,
                                                     # 200 evaluations (GP-TuRBO 80), GP N
                                                     # {250, 500} at d = 20: < 5 min
-    .venv/bin/python bench/turbo_enn.py --parts timing,service   # a subset
-    .venv/bin/python bench/turbo_enn.py --plan                   # print the plan, exit
+    .venv/bin/python -m bench.turbo_enn --parts timing,service   # a subset
+    .venv/bin/python -m bench.turbo_enn --plan                   # print the plan, exit
 
 ennbo: ``.venv/bin/pip install --no-deps ennbo==0.3.3`` (the ``bench`` extra; never its
 ``with-deps`` extra). Without it the ennbo columns are empty. Progress goes to stderr; the
@@ -99,18 +99,15 @@ import httpx
 import numpy as np
 import torch  # before anything else that could touch threads
 
+from bench._ennbo_run import HIGH, LOW, objective, timing_data
+from bench.gp_turbo import FIT_FAILURES, GPTurbo, n_candidates
+from bench.version import code_version
+from engines.base import History, Problem
+from engines.registry import make_engine
+from engines.space import FloatParam, SearchSpace
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(BENCH))
-
-from _ennbo_run import HIGH, LOW, objective, timing_data  # noqa: E402
-from gp_turbo import FIT_FAILURES, GPTurbo, n_candidates  # noqa: E402
-from version import code_version  # noqa: E402
-
-from engines.base import History, Problem  # noqa: E402
-from engines.registry import make_engine  # noqa: E402
-from engines.space import FloatParam, SearchSpace  # noqa: E402
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "service")
