@@ -187,6 +187,6 @@ class Reaper:
             try:
                 changed = reap_once(self.store)
                 if changed:
-                    log.info("expired trial leases in %d stud(ies)", changed)
+                    log.info("expired %d trial lease(s)", changed)
             except Exception:  # keep reaping after a transient failure; it is logged
                 log.exception("reaper pass failed")
