@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.db.migrate import check_current, upgrade
 from service.db.session import Database
 from service.errors import ApiError
-from service.reaper import Reaper
+from service.leases import Reaper
 from service.routers import health, samplers, studies, trials
 from service.settings import Settings, get_settings
 from service.store import Store

@@ -13,15 +13,16 @@ import secrets
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection, Row
 
 from client.models import SamplerAsk, SamplerCreate, SamplerPublic, SamplerStep, SamplerTell
 from engines import wgd
 from service.db.models import Sampler
-from service.errors import conflict, invalid, not_found
+from service.errors import conflict, invalid
 from service.idempotency import IdemKey
-from service.store import Answer, Store, utcnow
+from service.store import Answer, Store, row_or_404, utcnow
+from service.wire import sampler_public
 
 samplers_t = Sampler.__table__
 
@@ -87,45 +88,7 @@ def tell_sampler(
                 f"iteration {row.iteration}; ask for the current positions",
                 iteration=row.iteration,
             )
-        config = SamplerCreate.model_validate(row.config)
-        shape = (config.n_targets, config.n_particles, config.dim)
-        grad = _array(
-            body.grad_log_prob, shape, "grad_log_prob", "shape_mismatch", "non_finite_gradient"
-        )
-        log_prob = (
-            None
-            if body.log_prob is None
-            else _array(
-                body.log_prob, shape[:2], "log_prob", "shape_mismatch", "non_finite_log_prob"
-            )
-        )
-        with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
-            particles, info = wgd.step(
-                _particles(row.particles),
-                -grad,  # f_k = -log pi_k
-                config.eta,
-                accelerated=config.algorithm == "a-mwgrad",
-                kernel=config.kernel,
-                schedule=config.schedule,
-                beta=config.beta,
-                restart=config.restart,
-                bandwidth=None if config.bandwidth == "median" else float(config.bandwidth),
-                weighting=config.weighting,
-            )
-        nll = None if log_prob is None else -log_prob.mean(axis=1)
-        if nll is not None and not np.all(np.isfinite(nll)):
-            raise invalid(
-                "non_finite_log_prob", "log_prob's mean over the particles overflows; rescale it"
-            )
-        numbers = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
-        if not all(np.all(np.isfinite(a)) for a in numbers):
-            raise invalid(
-                "step_not_finite",
-                "the step overflowed (scores too large for this eta); lower eta or check the "
-                "scores; the sampler is unchanged",
-            )
-        if config.bounds is not None:
-            particles = particles.clamped(*config.bounds)
+        particles, info, nll = _step(row, body)
         history = dict(row.history)
         history["grad_norm"] = [*history["grad_norm"], info.grad_norm]
         history["mean_nll"] = [*history["mean_nll"], None if nll is None else nll.tolist()]
@@ -152,6 +115,52 @@ def tell_sampler(
     return store.write(tenant_id, idem, run)
 
 
+def _step(row: Row, body: SamplerTell) -> tuple[wgd.Particles, wgd.StepInfo, np.ndarray | None]:
+    """The sampler's step with the told scores: the new particles, what the step did, and the
+    mean negative log density per target when ``log_prob`` was told.
+
+    Raises: ApiError 422 (see ``tell_sampler``); nothing is stored then.
+    """
+    config = SamplerCreate.model_validate(row.config)
+    shape = (config.n_targets, config.n_particles, config.dim)
+    grad = _array(
+        body.grad_log_prob, shape, "grad_log_prob", "shape_mismatch", "non_finite_gradient"
+    )
+    log_prob = (
+        None
+        if body.log_prob is None
+        else _array(body.log_prob, shape[:2], "log_prob", "shape_mismatch", "non_finite_log_prob")
+    )
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
+        particles, info = wgd.step(
+            _particles(row.particles),
+            -grad,  # f_k = -log pi_k
+            config.eta,
+            accelerated=config.algorithm == "a-mwgrad",
+            kernel=config.kernel,
+            schedule=config.schedule,
+            beta=config.beta,
+            restart=config.restart,
+            bandwidth=None if config.bandwidth == "median" else float(config.bandwidth),
+            weighting=config.weighting,
+        )
+    nll = None if log_prob is None else -log_prob.mean(axis=1)
+    if nll is not None and not np.all(np.isfinite(nll)):
+        raise invalid(
+            "non_finite_log_prob", "log_prob's mean over the particles overflows; rescale it"
+        )
+    numbers = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
+    if not all(np.all(np.isfinite(a)) for a in numbers):
+        raise invalid(
+            "step_not_finite",
+            "the step overflowed (scores too large for this eta); lower eta or check the "
+            "scores; the sampler is unchanged",
+        )
+    if config.bounds is not None:
+        particles = particles.clamped(*config.bounds)
+    return particles, info, nll
+
+
 def delete_sampler(store: Store, tenant_id: int, sampler_id: int) -> None:
     def run(conn: Connection) -> None:
         _row(conn, tenant_id, sampler_id)
@@ -160,32 +169,19 @@ def delete_sampler(store: Store, tenant_id: int, sampler_id: int) -> None:
     store.db.write(run)
 
 
-def sampler_public(row: Row) -> SamplerPublic:
-    return SamplerPublic(
-        **row.config,
-        seed=row.seed,
-        id=row.id,
-        iteration=row.iteration,
-        X=row.particles["X"],
-        weights=row.particles["w"],
-        grad_norm_history=row.history["grad_norm"],
-        mean_nll_history=row.history["mean_nll"],
-        restarts=row.history["restarts"],
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+_SAMPLER = select(samplers_t).where(
+    samplers_t.c.id == bindparam("sampler_id"), samplers_t.c.tenant_id == bindparam("tenant_id")
+)
+_SAMPLER_FOR_UPDATE = _SAMPLER.with_for_update()
 
 
 def _row(conn: Connection, tenant_id: int, sampler_id: int, lock: bool = False) -> Row:
-    query = select(samplers_t).where(
-        samplers_t.c.id == sampler_id, samplers_t.c.tenant_id == tenant_id
-    )
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).first()
-    if row is None:
-        raise not_found(f"sampler {sampler_id}")
-    return row
+    """The tenant's sampler row, locked for update (PostgreSQL) when ``lock``.
+
+    Raises: ApiError 404 ``not_found``."""
+    query = _SAMPLER_FOR_UPDATE if lock else _SAMPLER
+    params = {"sampler_id": sampler_id, "tenant_id": tenant_id}
+    return row_or_404(conn, query, params, f"sampler {sampler_id}")
 
 
 def _initial_positions(body: SamplerCreate, seed: int) -> np.ndarray:

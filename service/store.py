@@ -1,21 +1,21 @@
-"""What every service function shares: the database, parsed-config cache, per-study locks,
-the idempotent write wrapper, and the row-to-wire conversions.
+"""What every service function shares: the tables, the ``Store`` (database, parsed-config
+cache, per-study locks, the idempotent write wrapper), and the lookups of a study and a trial.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Select, bindparam, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
-from client.models import MeasurementPublic, StudyConfig, StudyPublic, TrialPublic
+from client.models import FINISHED_STATES
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
 from service.errors import ApiError, conflict, not_found
@@ -110,22 +110,48 @@ def _load_config(conn: Connection, study_id: int) -> dict[str, Any]:
     return config
 
 
-def get_study_row(conn: Connection, tenant_id: int, study_id: int, lock: bool = False) -> Row:
-    """The live study row, locked for update on PostgreSQL when ``lock``.
+def row_or_404(conn: Connection, query: Select[Any], params: dict[str, Any], what: str) -> Row:
+    """The first row of ``query``, or a 404 ``not_found`` naming ``what``."""
+    row = conn.execute(query, params).first()
+    if row is None:
+        raise not_found(what)
+    return row
+
+
+# The hot statements are built once; SQLAlchemy then reuses their compiled form.
+_STUDY = select(studies_t).where(
+    studies_t.c.id == bindparam("study_id"),
+    studies_t.c.tenant_id == bindparam("tenant_id"),
+    studies_t.c.deleted_at.is_(None),
+)
+_STUDY_FOR_UPDATE = _STUDY.with_for_update()
+
+
+def find_study(
+    conn: Connection,
+    tenant_id: int,
+    study_id: int,
+    *,
+    for_update: bool = False,
+    require_active: bool = False,
+) -> Row:
+    """The tenant's live study row; locked until the transaction ends (PostgreSQL) when
+    ``for_update``.
 
     Raises:
-        ApiError: 404 when the study does not exist, belongs to another tenant, or was deleted.
+        ApiError: 404 ``not_found`` when the study does not exist, belongs to another tenant,
+            or was deleted; 409 ``study_not_active`` when ``require_active`` and the study is
+            paused or completed.
     """
-    query = select(studies_t).where(
-        studies_t.c.id == study_id,
-        studies_t.c.tenant_id == tenant_id,
-        studies_t.c.deleted_at.is_(None),
-    )
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).first()
-    if row is None:
-        raise not_found(f"study {study_id}")
+    query = _STUDY_FOR_UPDATE if for_update else _STUDY
+    params = {"study_id": study_id, "tenant_id": tenant_id}
+    row = row_or_404(conn, query, params, f"study {study_id}")
+    if require_active and row.state != "active":
+        raise conflict(
+            "study_not_active",
+            f"study {study_id} is {row.state}; set its state to active to ask for trials",
+            state=row.state,
+        )
     return row
 
 
@@ -149,46 +175,42 @@ def bump_revision(conn: Connection, study_id: int, now: datetime, by: int = 1) -
     return 0 if revision is None else int(revision)
 
 
-_TRIAL_FIELDS = tuple(TrialPublic.model_fields)
-
-
-def trial_public(trial: Row | Mapping[str, Any]) -> TrialPublic:
-    """A trial's columns, from a row or from the values just inserted, as the wire model."""
-    columns = trial._mapping if isinstance(trial, Row) else trial
-    return TrialPublic.model_validate({name: columns[name] for name in _TRIAL_FIELDS})
-
-
-def measurement_public(row: Row) -> MeasurementPublic:
-    return MeasurementPublic(
-        step=row.step, values=row.values, checkpoint=row.checkpoint, created_at=row.created_at
+_TRIAL_FOR_UPDATE = (
+    select(trials_t)
+    .join(studies_t, studies_t.c.id == trials_t.c.study_id)
+    .where(
+        studies_t.c.id == bindparam("study_id"),
+        studies_t.c.tenant_id == bindparam("tenant_id"),
+        studies_t.c.deleted_at.is_(None),
+        trials_t.c.number == bindparam("number"),
     )
+    .with_for_update(of=trials_t)
+)
 
 
-def trial_counts(conn: Connection, study_id: int) -> dict[str, int]:
-    rows = conn.execute(
-        select(trials_t.c.state, func.count())
-        .where(trials_t.c.study_id == study_id)
-        .group_by(trials_t.c.state)
-    )
-    return {state: count for state, count in rows}
+def unfinished_trial(
+    conn: Connection, tenant_id: int, study_id: int, number: int, now: datetime
+) -> tuple[Row, int]:
+    """The unfinished trial, locked for update, of a live study of the tenant, and the study's
+    new revision. The revision is bumped first, so that the study row is locked before the trial
+    row, in the order ``ask`` takes them (no deadlock between a tell and an ask on
+    PostgreSQL); a trial finished in this transaction takes it as ``completed_seq``.
 
-
-def study_public(
-    row: Row, counts: dict[str, int], best_values: dict[str, float] | None
-) -> StudyPublic:
-    config = StudyConfig.model_validate(row.config)
-    return StudyPublic(
-        **config.model_dump(exclude={"seed"}),
-        id=row.id,
-        name=row.name,
-        state=row.state,
-        metadata=row.metadata,
-        seed=row.seed,
-        revision=row.revision,
-        engine_state=row.engine_state,
-        engine_state_version=row.engine_state_version,
-        trial_counts=counts,
-        best_values=best_values,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    Raises:
+        ApiError: 404 ``not_found`` for the study, ``trial_not_found`` for the trial; 409
+            ``trial_finished`` when the trial is finished (a finished trial cannot change).
+    """
+    revision = bump_revision(conn, study_id, now)
+    row = conn.execute(
+        _TRIAL_FOR_UPDATE, {"study_id": study_id, "tenant_id": tenant_id, "number": number}
+    ).first()
+    if row is None:
+        find_study(conn, tenant_id, study_id)
+        raise ApiError(404, "trial_not_found", f"study {study_id} has no trial {number}")
+    if row.state in FINISHED_STATES:
+        raise conflict(
+            "trial_finished",
+            f"trial {number} is already {row.state}; a finished trial cannot change",
+            state=row.state,
+        )
+    return row, revision

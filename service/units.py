@@ -19,7 +19,8 @@ from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
 from service.errors import ApiError, invalid, not_found
 from service.problem import StudySpec
-from service.store import Store, get_study_row, measurements_t, studies_t, trials_t
+from service.store import Store, find_study, measurements_t, studies_t, trials_t
+from service.wire import from_columns
 
 _UNIT_TRIALS = (
     select(
@@ -93,12 +94,10 @@ def _units(
 
 def _segments(trials: list[Row], measurements: dict[int, list[Row]]) -> dict[int, Segment]:
     return {
-        t.number: Segment(
+        t.number: from_columns(
+            Segment,
+            t.unit,
             trial=t.number,
-            member=t.unit["member"],
-            from_step=t.unit["from_step"],
-            to_step=t.unit["to_step"],
-            reason=t.unit["reason"],
             params=t.params,
             values=t.values,
             checkpoint=_checkpoint(measurements.get(t.id, [])),
@@ -127,7 +126,7 @@ def _scheduler_rows(
     Raises:
         ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.
     """
-    get_study_row(conn, tenant_id, study_id)
+    find_study(conn, tenant_id, study_id)
     spec = store.spec(conn, study_id)
     if not spec.engine.schedules_units:
         raise invalid(

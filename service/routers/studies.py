@@ -17,9 +17,9 @@ from client.models import (
     StudyPublic,
     StudyUpdate,
 )
-from service import studies, units
+from service import studies, transfer, units
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import StudyId, cursor_int, operation_id, written
+from service.routers.common import JSON, StudyId, cursor_int, operation_id, written
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], generate_unique_id_function=operation_id)
 
@@ -47,7 +47,7 @@ def import_study(
     idem: IdemDep,
     name: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> Response:
-    return written(studies.import_study(store, tenant, body, name, idem))
+    return written(transfer.import_study(store, tenant, body, name, idem))
 
 
 @router.get("/{study_id}", response_model=StudyPublic)
@@ -90,7 +90,8 @@ def export_study(
     tenant: TenantDep,
     format: Literal["json", "csv"] = "json",
 ) -> Response:
-    export = studies.export_study(store, tenant, study_id)
     if format == "csv":
-        return Response(studies.export_csv(export), media_type="text/csv")
-    return Response(export.model_dump_json(), media_type="application/json")
+        return Response(transfer.export_csv(store, tenant, study_id), media_type="text/csv")
+    return Response(
+        transfer.export_study(store, tenant, study_id).model_dump_json(), media_type=JSON
+    )

@@ -20,7 +20,8 @@ from client.models import (
     TrialsPage,
     TrialState,
 )
-from service import trials, units
+from service import ask as asking
+from service import leases, trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.routers.common import StudyId, TrialNumber, cursor_int, operation_id, written
 
@@ -33,7 +34,7 @@ router = APIRouter(
 def ask(
     study_id: StudyId, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
-    return written(trials.ask(store, tenant, study_id, body, idem))
+    return written(asking.ask(store, tenant, study_id, body, idem))
 
 
 @router.post("/trials", response_model=TrialPublic, status_code=201)
@@ -108,5 +109,5 @@ def heartbeat(
     body: HeartbeatRequest | None = None,
 ) -> Response:
     return written(
-        trials.heartbeat(store, tenant, study_id, number, body or HeartbeatRequest(), idem)
+        leases.heartbeat(store, tenant, study_id, number, body or HeartbeatRequest(), idem)
     )

@@ -10,11 +10,11 @@ from numpy.testing import assert_array_equal
 from sqlalchemy import select, update
 
 from service.app import create_app
+from service.ask import load_history
 from service.history import HistoryCache, full_history
 from service.problem import build_spec
 from service.settings import Settings
 from service.store import Store, studies_t, trials_t
-from service.trials import load_history
 from tests.conftest import make_test_client, study_body
 
 #: A model-based engine (asks go through the history cache) that stays on its cheap initial

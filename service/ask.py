@@ -1,0 +1,342 @@
+"""Ask: hand out trials, the engine's proposals and the queued ones.
+
+How ``ask`` runs without holding a database write lock while an engine computes:
+
+1. Under an in-process lock for the study, read a snapshot (no write lock): the study, how many
+   trials can be handed out without the engine (the worker's own unfinished trials within their
+   lease, then enqueued and stale ones), and, if more are needed, the history as arrays.
+2. Call the engine for the missing points, outside any transaction.
+3. In one short write transaction, lock the study row, check that the engine state version is
+   the one the snapshot saw (another replica may have asked meanwhile), hand out held and
+   queued trials, insert the new ones with numbers from the study's counter, store the new
+   engine state, and commit. If the version moved, go back to 1.
+
+So asks on one study are serialized (in-process lock, row lock on PostgreSQL, version check
+across processes), and asks on different studies never wait for each other's engines.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy.engine import Connection, Row
+
+from client.models import AskRequest, AskResponse, TrialPublic
+from engines.base import History, Proposal
+from engines.errors import EngineError, EngineRetryable
+from service.errors import invalid, unavailable
+from service.history import HistoryCache, full_history
+from service.idempotency import IdemKey, replay
+from service.leases import expire_leases, lease_until
+from service.problem import StudySpec
+from service.store import (
+    Answer,
+    Store,
+    bump_revision,
+    find_study,
+    studies_t,
+    trials_t,
+    utcnow,
+)
+from service.trials import new_trial
+from service.units import load_units
+from service.wire import trial_public
+
+PENDING_STATES = ("waiting", "running", "stale")
+_ASK_ATTEMPTS = 12
+#: Advisory lock class of "one ask at a time per study" on PostgreSQL.
+_ASK_LOCK = 7001
+
+# The hot statements are built once; SQLAlchemy then reuses their compiled form.
+_OPEN_TRIALS = select(
+    trials_t.c.id,
+    trials_t.c.number,
+    trials_t.c.state,
+    trials_t.c.worker_id,
+    trials_t.c.lease_expires_at,
+    trials_t.c.retries,
+    trials_t.c.x,
+).where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES))
+
+#: Points of trials told failed or infeasible: the engine is told not to propose them again.
+_FAILED_POINTS = select(trials_t.c.x).where(
+    trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(("failed", "infeasible"))
+)
+_INSERT_TRIAL = insert(trials_t)
+_STUDY_AFTER_PROPOSAL = (
+    update(studies_t)
+    .where(studies_t.c.id == bindparam("study_id"))
+    .values(
+        revision=studies_t.c.revision + 1,
+        updated_at=bindparam("now"),
+        next_trial_number=bindparam("next_number"),
+        engine_state=bindparam("engine_state", type_=studies_t.c.engine_state.type),
+        engine_state_version=bindparam("version"),
+    )
+)
+
+
+class _VersionMoved(Exception):
+    """The engine state changed between snapshot and commit; take a new snapshot."""
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One ask request and what it is about."""
+
+    store: Store
+    tenant_id: int
+    study_id: int
+    req: AskRequest
+    spec: StudySpec
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Who gets what, from the study's unfinished trials: the asking worker's own running
+    trials within their lease, then queued (enqueued or stale) ones, then ``need`` new ones."""
+
+    expired: list[Row]
+    handed: list[Row]
+    need: int
+    X_pending: np.ndarray
+
+
+def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
+    open_rows = conn.execute(_OPEN_TRIALS, {"study_id": ask.study_id}).all()
+    by_number = sorted(open_rows, key=lambda r: r.number)
+    expired = [r for r in by_number if r.state == "running" and r.lease_expires_at < now]
+    worker_id = ask.req.worker_id
+    held = (
+        [
+            r
+            for r in by_number
+            if r.state == "running" and r.worker_id == worker_id and r.lease_expires_at >= now
+        ]
+        if worker_id is not None
+        else []
+    )
+    queued = [r for r in by_number if r.state in ("waiting", "stale")]
+    handed = (held + queued)[: ask.req.count]
+    X_pending = _stack([r.x for r in by_number], ask.spec.problem.d)
+    return _Plan(expired, handed, ask.req.count - len(handed), X_pending)
+
+
+def ask(
+    store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
+) -> Answer:
+    """Hand out ``req.count`` trials; see the module docstring for how."""
+    call = _Ask(store, tenant_id, study_id, req, store.spec_for(study_id))
+    if not call.spec.engine.uses_observations:
+        # An engine that reads no observations (random) is cheap: it runs inside the one
+        # write transaction, under the study row lock.
+        return store.write(tenant_id, idem, lambda c: _commit(c, call))
+    if idem is not None:
+        # A repeated request must not pay for the engine again.
+        stored = store.db.read(lambda c: replay(c, tenant_id, idem))
+        if stored is not None:
+            return stored
+    with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
+        for attempt in range(_ASK_ATTEMPTS):
+            snap = store.db.read(lambda c: _snapshot(c, call))
+            if snap is None:  # leases expired: apply the policy first, then look again
+                store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
+                continue
+            study, history, need = snap
+            # The engine runs outside any transaction: no connection waits on it.
+            proposal = _suggest(call.spec, study, history, need) if need else None
+            version = study.engine_state_version
+
+            def commit(
+                c: Connection, version: int = version, proposal: Proposal | None = proposal
+            ) -> tuple[int, AskResponse]:
+                return _commit(c, call, version, proposal)
+
+            try:
+                return store.write(tenant_id, idem, commit)
+            except _VersionMoved:
+                # Another process asked in between (SQLite served by several processes).
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
+    raise unavailable("the study is busy with concurrent asks; retry the request")
+
+
+def _snapshot(conn: Connection, ask: _Ask) -> tuple[Row, History | None, int] | None:
+    """Read the study, its history and how many new points are needed (no write lock).
+
+    Returns ``None`` when leases have expired and the lease policy must run first."""
+    row = find_study(conn, ask.tenant_id, ask.study_id, require_active=True)
+    plan = _plan(conn, ask, utcnow())
+    if plan.expired:
+        return None
+    if plan.need == 0:
+        return row, None, 0
+    spec = ask.spec
+    history = load_history(conn, ask.study_id, spec, plan.X_pending, ask.store.history)
+    if spec.engine.schedules_units:
+        history = replace(history, units=load_units(conn, ask.study_id, spec))
+    return row, history, plan.need
+
+
+def load_history(
+    conn: Connection,
+    study_id: int,
+    spec: StudySpec,
+    X_pending: np.ndarray,
+    cache: HistoryCache | None = None,
+) -> History:
+    """The completed trials as engine arrays in completion order, with ``X_pending`` as given
+    and the points of failed and infeasible trials as ``X_failed``.
+
+    With ``cache`` (the store's), only the trials completed since its last load are read."""
+    if cache is None:
+        history = full_history(conn, study_id, spec, X_pending)
+    else:
+        history = cache.load(conn, study_id, spec, X_pending)
+    failed = conn.execute(_FAILED_POINTS, {"study_id": study_id}).scalars().all()
+    return replace(history, X_failed=_stack(list(failed), spec.problem.d)) if failed else history
+
+
+def _stack(blobs: list[bytes], d: int) -> np.ndarray:
+    if d == 0 or not blobs:
+        return np.zeros((len(blobs), d))
+    return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
+
+
+def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) -> Proposal:
+    assert history is not None
+    rng = np.random.default_rng([study.seed, study.engine_state_version])
+    try:
+        proposal = spec.engine.suggest(spec.problem, history, need, study.engine_state, rng)
+    except EngineRetryable as exc:
+        raise unavailable(f"the engine could not propose now: {exc}") from exc
+    except EngineError as exc:
+        raise invalid("engine_unsupported", str(exc)) from exc
+    if spec.engine.schedules_units and len(proposal.units) != len(proposal.X):
+        raise RuntimeError(f"engine {spec.engine.name} returned points without unit documents")
+    rows = len(proposal.X) if spec.engine.schedules_units and len(proposal.X) <= need else need
+    if proposal.X.shape != (rows, spec.problem.d):
+        raise RuntimeError(
+            f"engine {spec.engine.name} returned {proposal.X.shape}, "
+            f"expected {(need, spec.problem.d)}"
+        )
+    return proposal
+
+
+def _commit(
+    conn: Connection, ask: _Ask, version: int | None = None, proposal: Proposal | None = None
+) -> tuple[int, AskResponse]:
+    """The write transaction of an ask. With ``version`` (model-based engines), the proposal
+    was made outside; without it, the engine runs here."""
+    row = find_study(conn, ask.tenant_id, ask.study_id, for_update=True, require_active=True)
+    if version is not None and row.engine_state_version != version:
+        raise _VersionMoved
+    now = utcnow()
+    plan = _plan(conn, ask, now)
+    if plan.expired:
+        expire_leases(ask.store, conn, now, ask.study_id)
+        plan = _plan(conn, ask, now)
+    running = _running(ask, now)
+    trials = _hand_out(conn, plan.handed, running, now)
+    if plan.need == 0:
+        bump_revision(conn, ask.study_id, now)
+        return 200, AskResponse(trials=trials)
+    spec = ask.spec
+    if version is None:
+        proposal = _suggest(spec, row, _no_history(spec, plan.X_pending), plan.need)
+    elif proposal is None or (len(proposal.X) < plan.need and not spec.engine.schedules_units):
+        raise _VersionMoved
+    assert proposal is not None
+    trials += _insert_proposed(conn, ask, row, proposal, plan.need, running, now)
+    if len(trials) < ask.req.count:
+        finished = not trials and proposal.retry_after is None
+        return 200, AskResponse(trials=trials, retry_after=proposal.retry_after, finished=finished)
+    return 200, AskResponse(trials=trials)
+
+
+def _running(ask: _Ask, now: datetime) -> dict[str, Any]:
+    """The columns of a trial handed out now to the asking worker."""
+    lease = lease_until(ask.spec, ask.req, now)
+    return {"state": "running", "worker_id": ask.req.worker_id, "lease_expires_at": lease}
+
+
+def _hand_out(
+    conn: Connection, handed: list[Row], running: dict[str, Any], now: datetime
+) -> list[TrialPublic]:
+    """Give the held and queued trials to the asking worker; a stale one counts a retry."""
+    if not handed:
+        return []
+    rows = conn.execute(
+        update(trials_t)
+        .where(trials_t.c.id.in_([r.id for r in handed]))
+        .values(
+            retries=trials_t.c.retries + case((trials_t.c.state == "stale", 1), else_=0),
+            started_at=func.coalesce(trials_t.c.started_at, now),
+            **running,
+        )
+        .returning(*trials_t.c)
+    ).all()
+    return [trial_public(r) for r in sorted(rows, key=lambda r: r.number)]
+
+
+def _no_history(spec: StudySpec, X_pending: np.ndarray) -> History:
+    """What an engine that reads no observations is given: the pending points only."""
+    problem = spec.problem
+    return History(
+        np.zeros((0, problem.d)),
+        np.zeros((0, problem.n_objectives)),
+        np.zeros((0, problem.n_constraints)),
+        X_pending,
+    )
+
+
+def _insert_proposed(
+    conn: Connection,
+    ask: _Ask,
+    study: Row,
+    proposal: Proposal,
+    need: int,
+    running: dict[str, Any],
+    now: datetime,
+) -> list[TrialPublic]:
+    """Insert the proposed points as trials running for the asking worker, numbered from the
+    study's counter, and store the engine's new state."""
+    spec = ask.spec
+    # A scheduler may propose fewer (units still training); it re-proposes any unit it
+    # planned that was not inserted, as it rebuilds its population from the trials.
+    n_new = min(len(proposal.X), need)
+    units = proposal.units[:n_new] if spec.engine.schedules_units else [None] * n_new
+    first = study.next_trial_number
+    new = [
+        {
+            **new_trial(spec, ask.study_id, first + i, x, detail, now, unit=unit),
+            **running,
+            "started_at": now,
+        }
+        for i, (x, detail, unit) in enumerate(
+            zip(proposal.X[:n_new], _details(proposal, n_new), units, strict=True)
+        )
+    ]
+    if new:
+        conn.execute(_INSERT_TRIAL, new)
+    conn.execute(
+        _STUDY_AFTER_PROPOSAL,
+        {
+            "study_id": ask.study_id,
+            "now": now,
+            "next_number": first + n_new,
+            "engine_state": proposal.state,
+            "version": study.engine_state_version + 1,
+        },
+    )
+    return [trial_public(t) for t in new]
+
+
+def _details(proposal: Proposal, need: int) -> list[dict[str, Any]]:
+    details = list(proposal.details[:need])
+    return details + [{} for _ in range(need - len(details))]
