@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from bench.version import ROOT, code_version
-from engines.wgd import run
+from engines.wasserstein_particles import run
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/mwgd.py", "bench/pom.py")

@@ -491,7 +491,8 @@ class PointsInit(_Request):
 class SamplerCreate(_Request):
     """A multi-target sampler: ``n_particles`` particles in ``R^dim`` that move so that their
     distribution approaches ``n_targets`` target densities ``pi_k`` at once (the min-norm
-    compromise of the KL divergences to each), by A-MWGraD or MWGraD (``engines.wgd``).
+    compromise of the KL divergences to each), by A-MWGraD or MWGraD
+    (``engines.wasserstein_particles``).
 
     ``eta`` is the step size; ``schedule`` the momentum of A-MWGraD (``convex``:
     ``(n - 1) / (n + 2)``; ``strongly_convex``: from ``beta``); ``restart`` resets the momentum

@@ -2,8 +2,8 @@
 
 The targets live with the client: it asks for the particles' positions, evaluates the scores
 ``grad log pi_k`` there and tells them; the server turns them into Wasserstein gradients, the
-min-norm weights and the (accelerated) step of ``engines.wgd``, and keeps the particles, their
-velocities and the history of every step in the database. A tell names the iteration it
+min-norm weights and the (accelerated) step of ``engines.wasserstein_particles``, and keeps
+the particles, their velocities and the history of every step in the database. A tell names the iteration it
 answers, so two clients cannot apply a step twice or to positions they did not see.
 """
 
@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection, Row
 
 from client.models import SamplerAsk, SamplerCreate, SamplerPublic, SamplerStep, SamplerTell
-from engines import wgd
+from engines import wasserstein_particles
 from service.db.models import Sampler
 from service.errors import conflict, invalid
 from service.idempotency import IdemKey
@@ -47,7 +47,7 @@ def create_sampler(
             "config": body.model_dump(mode="json", exclude={"seed"}),
             "seed": seed,
             "iteration": 0,
-            "particles": _particles_json(wgd.Particles.at(X)),
+            "particles": _particles_json(wasserstein_particles.Particles.at(X)),
             "history": {"grad_norm": [], "mean_nll": [], "restarts": 0},
             "created_at": now,
             "updated_at": now,
@@ -115,7 +115,9 @@ def tell_sampler(
     return store.write(tenant_id, idem, run)
 
 
-def _step(row: Row, body: SamplerTell) -> tuple[wgd.Particles, wgd.StepInfo, np.ndarray | None]:
+def _step(
+    row: Row, body: SamplerTell
+) -> tuple[wasserstein_particles.Particles, wasserstein_particles.StepInfo, np.ndarray | None]:
     """The sampler's step with the told scores: the new particles, what the step did, and the
     mean negative log density per target when ``log_prob`` was told.
 
@@ -132,7 +134,7 @@ def _step(row: Row, body: SamplerTell) -> tuple[wgd.Particles, wgd.StepInfo, np.
         else _array(body.log_prob, shape[:2], "log_prob", "shape_mismatch", "non_finite_log_prob")
     )
     with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
-        particles, info = wgd.step(
+        particles, info = wasserstein_particles.step(
             _particles(row.particles),
             -grad,  # f_k = -log pi_k
             config.eta,
@@ -246,9 +248,9 @@ def _array(
     return array
 
 
-def _particles(stored: dict[str, Any]) -> wgd.Particles:
+def _particles(stored: dict[str, Any]) -> wasserstein_particles.Particles:
     w = stored.get("w")
-    return wgd.Particles(
+    return wasserstein_particles.Particles(
         np.asarray(stored["X"], dtype=np.float64),
         np.asarray(stored["V"], dtype=np.float64),
         int(stored["n"]),
@@ -256,7 +258,7 @@ def _particles(stored: dict[str, Any]) -> wgd.Particles:
     )
 
 
-def _particles_json(p: wgd.Particles) -> dict[str, Any]:
+def _particles_json(p: wasserstein_particles.Particles) -> dict[str, Any]:
     return {
         "X": p.X.tolist(),
         "V": p.V.tolist(),

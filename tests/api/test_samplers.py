@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from client import AsyncClient, InvalidRequest
-from engines import wgd
+from engines import wasserstein_particles as wgd
 from service.app import create_app
 from service.settings import Settings
 
