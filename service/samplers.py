@@ -3,8 +3,9 @@
 The targets live with the client: it asks for the particles' positions, evaluates the scores
 ``grad log pi_k`` there and tells them; the server turns them into Wasserstein gradients, the
 min-norm weights and the (accelerated) step of ``engines.wasserstein_particles``, and keeps
-the particles, their velocities and the history of every step in the database. A tell names the iteration it
-answers, so two clients cannot apply a step twice or to positions they did not see.
+the particles, their velocities and the history of every step in the database. A tell names
+the iteration it answers, so two clients cannot apply a step twice or to positions they did
+not see.
 """
 
 from __future__ import annotations
