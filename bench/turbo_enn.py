@@ -334,7 +334,7 @@ def time_gp_turbo(s: Settings) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for d in s.gp_dims:
         for n in s.gp_n:
-            argv = [sys.executable, str(BENCH / "gp_turbo.py"), "--n", str(n), "--d", str(d)]
+            argv = [sys.executable, "-m", "bench.gp_turbo", "--n", str(n), "--d", str(d)]
             argv += ["--q", str(GP_Q), "--threads", "2"]
             t0 = time.perf_counter()
             try:
