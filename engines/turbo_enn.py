@@ -215,8 +215,14 @@ class TurboENNEngine(ModelBasedEngine):
 
     def _new_region(self) -> dict[str, Any]:
         """The fields a TR starts with, at the first ask and at every restart."""
-        counters = {"successes": 0, "failures": 0}
-        return {"length": self.length_init, **counters, "best": None, "b": 1.0, "a": 0.0}
+        return {
+            "length": self.length_init,
+            "successes": 0,
+            "failures": 0,
+            "best": None,
+            "b": 1.0,
+            "a": 0.0,
+        }
 
     def _restart(self, tr: TrustRegion, history: History) -> TrustRegion:
         if self.restart_keeps_data:
