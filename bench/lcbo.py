@@ -85,9 +85,6 @@ from engines.base import History, Problem
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH_DIR)
-
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/lcbo.py", "bench/scbo.py")
 

@@ -74,7 +74,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -86,8 +85,6 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from engines.optim.registry import OPTIMIZERS, build, search_space
-
-ROOT = Path(__file__).resolve().parent.parent
 
 BATCH = 64
 VAL_FRACTION = 0.2

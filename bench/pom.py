@@ -143,9 +143,6 @@ from engines.metrics import (
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH_DIR)
-
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/pom.py")
 

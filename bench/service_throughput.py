@@ -42,8 +42,6 @@ import psycopg
 from bench.version import code_version
 from client import Client
 
-ROOT = Path(__file__).resolve().parent.parent
-
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("service", "engines", "client")
 

@@ -101,13 +101,12 @@ import torch  # before anything else that could touch threads
 
 from bench._ennbo_run import HIGH, LOW, objective, timing_data
 from bench.gp_turbo import FIT_FAILURES, GPTurbo, n_candidates
-from bench.version import code_version
+from bench.version import ROOT, code_version
 from engines.base import History, Problem
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
+BENCH = ROOT / "bench"
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "service")
