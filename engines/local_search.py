@@ -81,9 +81,7 @@ def initial_design(
     """The Sobol points of a batch of ``count``, ``(n, d)``, and their details: ``n_left``
     initial points of the region are still to be handed out; all ``count`` when the region has
     no observation to centre on yet (not ``centred``) or the space has no dimension."""
-    n_sobol = count if problem.d == 0 else min(count, max(0, n_left))
-    if not centred:
-        n_sobol = count
+    n_sobol = count if problem.d == 0 or not centred else min(count, max(0, n_left))
     X = sobol_points(problem, history.X_pending, n_sobol, stream)
     return X, [{"source": "sobol", "generation": generation} for _ in range(n_sobol)]
 
