@@ -24,7 +24,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -227,7 +227,7 @@ def kkt_residual(
     return float(residual + np.maximum(c, 0.0).sum()), multipliers
 
 
-def warm_start(values: list[float]) -> Any:
+def warm_start(values: list[float]) -> Callable[[SingleTaskGP], None]:
     """A ``start`` for ``bo.fit_gp`` that sets the lengthscales and noise of ``values``."""
 
     def start(model: SingleTaskGP) -> None:
