@@ -53,6 +53,16 @@ _ASK_ATTEMPTS = 12
 #: Advisory lock class of "one ask at a time per study" on PostgreSQL.
 _ASK_LOCK = 7001
 
+#: The study columns an ask reads: the snapshot and the commit each read the row, and the
+#: config (the largest column) comes from ``Store.spec_for``.
+_STUDY_COLUMNS = (
+    "id",
+    "state",
+    "seed",
+    "engine_state",
+    "engine_state_version",
+    "next_trial_number",
+)
 # The hot statements are built once; SQLAlchemy then reuses their compiled form.
 _OPEN_TRIALS = select(
     trials_t.c.id,
@@ -170,7 +180,7 @@ def _snapshot(conn: Connection, ask: _Ask) -> tuple[Row, History | None, int] | 
     """Read the study, its history and how many new points are needed (no write lock).
 
     Returns ``None`` when leases have expired and the lease policy must run first."""
-    row = find_study(conn, ask.tenant_id, ask.study_id, require_active=True)
+    row = find_study(conn, ask.tenant_id, ask.study_id, require_active=True, columns=_STUDY_COLUMNS)
     plan = _plan(conn, ask, utcnow())
     if plan.expired:
         return None
@@ -233,7 +243,14 @@ def _commit(
 ) -> tuple[int, AskResponse]:
     """The write transaction of an ask. With ``version`` (model-based engines), the proposal
     was made outside; without it, the engine runs here."""
-    row = find_study(conn, ask.tenant_id, ask.study_id, for_update=True, require_active=True)
+    row = find_study(
+        conn,
+        ask.tenant_id,
+        ask.study_id,
+        for_update=True,
+        require_active=True,
+        columns=_STUDY_COLUMNS,
+    )
     if version is not None and row.engine_state_version != version:
         raise _VersionMoved
     now = utcnow()

@@ -4,6 +4,7 @@ cache, per-study locks, the idempotent write wrapper), and the lookups of a stud
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -118,13 +119,16 @@ def row_or_404(conn: Connection, query: Select[Any], params: dict[str, Any], wha
     return row
 
 
-# The hot statements are built once; SQLAlchemy then reuses their compiled form.
-_STUDY = select(studies_t).where(
-    studies_t.c.id == bindparam("study_id"),
-    studies_t.c.tenant_id == bindparam("tenant_id"),
-    studies_t.c.deleted_at.is_(None),
-)
-_STUDY_FOR_UPDATE = _STUDY.with_for_update()
+@functools.cache
+def _study_query(columns: tuple[str, ...] | None, for_update: bool) -> Select[Any]:
+    """The statement of ``find_study``, built once per column set; SQLAlchemy then reuses its
+    compiled form."""
+    query = select(studies_t if columns is None else studies_t.c[columns]).where(
+        studies_t.c.id == bindparam("study_id"),
+        studies_t.c.tenant_id == bindparam("tenant_id"),
+        studies_t.c.deleted_at.is_(None),
+    )
+    return query.with_for_update() if for_update else query
 
 
 def find_study(
@@ -134,16 +138,18 @@ def find_study(
     *,
     for_update: bool = False,
     require_active: bool = False,
+    columns: tuple[str, ...] | None = None,
 ) -> Row:
     """The tenant's live study row; locked until the transaction ends (PostgreSQL) when
-    ``for_update``.
+    ``for_update``. With ``columns``, only those (a hot path keeps the row narrow; include
+    ``state`` with ``require_active``).
 
     Raises:
         ApiError: 404 ``not_found`` when the study does not exist, belongs to another tenant,
             or was deleted; 409 ``study_not_active`` when ``require_active`` and the study is
             paused or completed.
     """
-    query = _STUDY_FOR_UPDATE if for_update else _STUDY
+    query = _study_query(columns, for_update)
     params = {"study_id": study_id, "tenant_id": tenant_id}
     row = row_or_404(conn, query, params, f"study {study_id}")
     if require_active and row.state != "active":
