@@ -19,7 +19,7 @@ from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
 from service.errors import ApiError, invalid, not_found
 from service.problem import StudySpec
-from service.store import Store, find_study, measurements_t, studies_t, trials_t
+from service.store import Store, find_study, measurements_t, trials_t
 from service.wire import from_columns
 
 _UNIT_TRIALS = (
@@ -46,7 +46,6 @@ _UNIT_MEASUREMENTS = (
     .where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.unit.is_not(None))
     .order_by(measurements_t.c.step)
 )
-_ENGINE_STATE = select(studies_t.c.engine_state).where(studies_t.c.id == bindparam("study_id"))
 
 
 def _unit_rows(conn: Connection, study_id: int) -> tuple[list[Row], dict[int, list[Row]]]:
@@ -120,13 +119,13 @@ def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -
 
 def _scheduler_rows(
     store: Store, conn: Connection, tenant_id: int, study_id: int
-) -> tuple[StudySpec, list[Row], dict[int, list[Row]]]:
-    """The spec, unit trials and measurements of a scheduler study (``_unit_rows``).
+) -> tuple[Row, StudySpec, list[Row], dict[int, list[Row]]]:
+    """The study row, spec, unit trials and measurements of a scheduler study (``_unit_rows``).
 
     Raises:
         ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.
     """
-    find_study(conn, tenant_id, study_id)
+    study = find_study(conn, tenant_id, study_id)
     spec = store.spec(conn, study_id)
     if not spec.engine.schedules_units:
         raise invalid(
@@ -134,14 +133,14 @@ def _scheduler_rows(
             f"study {study_id} uses engine {spec.engine.name!r}, which hands out no training "
             "units; lineage and checkpoints exist for the schedulers (pbt, ipbt)",
         )
-    return (spec, *_unit_rows(conn, study_id))
+    return (study, spec, *_unit_rows(conn, study_id))
 
 
 def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage:
     """The units whose checkpoints led to trial ``number``, oldest first."""
 
     def fn(conn: Connection) -> Lineage:
-        _, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
+        _, _, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         if number not in {t.number for t in trials}:
             raise not_found(f"unit trial {number} of study {study_id}")
         return _chain(trials, measurements, number)
@@ -157,7 +156,7 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
     """
 
     def fn(conn: Connection) -> Lineage:
-        spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
+        _, spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         best = best_unit(_units(trials, measurements, spec))
         if best is None:
             raise ApiError(404, "no_completed_unit", f"study {study_id} has no completed unit yet")
@@ -174,9 +173,9 @@ def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPubli
     Releasable: every other checkpoint; no unit will ever load it."""
 
     def fn(conn: Connection) -> CheckpointsPublic:
-        spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
+        study, spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         units = _units(trials, measurements, spec)
-        state: dict[str, Any] = conn.execute(_ENGINE_STATE, {"study_id": study_id}).scalar_one()
+        state: dict[str, Any] = study.engine_state
         pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
         pinned |= {
             int(u.spec["start"]["trial"])
