@@ -400,8 +400,8 @@ class StudyExport(_Request):
 class ProblemCode(StrEnum):
     """Every ``code`` a problem+json error of the API carries, each with its HTTP ``status``.
 
-    The service raises with these members and the client picks its exception class by them;
-    the README's error table lists them.
+    Not yet used by the service (which still raises with strings) nor by the client (which
+    still picks its exception class by status); issue 16 moves both onto this list.
     """
 
     status: int
