@@ -414,6 +414,7 @@ class ProblemCode(StrEnum):
 
     # 400, 405, 413: the request itself is unreadable
     MALFORMED_JSON = "malformed_json", 400
+    HTTP_ERROR = "http_error", 400  # any other HTTP error Starlette raises, with its own status
     METHOD_NOT_ALLOWED = "method_not_allowed", 405
     BODY_TOO_LARGE = "body_too_large", 413
     # 404: the path names nothing (no such study, sampler or route) or no such trial
