@@ -37,22 +37,64 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from engines.optim._common import evaluate
+from engines.optim._common import dense_grad, evaluate
 
-ROBUST_DEFAULTS: dict[str, Any] = {
-    "tau": None,
-    "tau_exponent": 0.0,
-    "tau_quantile": 0.9,
-    "tau_window": 200,
-    "norm_scope": "global",
-    "vr": False,
-    "vr_a": 0.1,
-}
 SCOPES = ("global", "group", "tensor")
 #: Norms recorded before the adaptive threshold starts clipping.
 MIN_HISTORY = 10
 
 State = MutableMapping[Tensor, dict[str, Any]]
+
+
+def robust_hparams(
+    tau: float | None,
+    tau_exponent: float,
+    tau_quantile: float,
+    tau_window: int,
+    norm_scope: str,
+    vr: bool,
+    vr_a: float,
+) -> dict[str, Any]:
+    """The clipping and variance-reduction keys of a Lion+ or Muon+ param group."""
+    return {
+        "tau": tau,
+        "tau_exponent": tau_exponent,
+        "tau_quantile": tau_quantile,
+        "tau_window": tau_window,
+        "norm_scope": norm_scope,
+        "vr": vr,
+        "vr_a": vr_a,
+    }
+
+
+def robust_step(
+    optimizer: Optimizer,
+    closure: Callable[[], Any] | None,
+    update: Callable[[Tensor, Tensor, dict[str, Any]], None],
+    clips: Callable[[dict[str, Any]], bool],
+) -> Any:
+    """One Lion+ or Muon+ step: ``update(p, direction, group)`` for every parameter with a
+    gradient, in order. The direction is the robust gradient (``robust_grads``) in the groups
+    that ``clips`` selects and the raw gradient elsewhere. Returns the first ``closure()``.
+    """
+    loss = evaluate(closure)
+    previous = previous_point_grads(optimizer, closure)
+    groups = optimizer.param_groups
+    params = [[p for p in g["params"] if dense_grad(p) is not None] for g in groups]
+    clipped = [clips(g) for g in groups]
+    robust = iter(
+        robust_grads(
+            optimizer.state,
+            [g for g, c in zip(groups, clipped, strict=True) if c],
+            [ps for ps, c in zip(params, clipped, strict=True) if c],
+            previous,
+        )
+    )
+    for group, ps, c in zip(groups, params, clipped, strict=True):
+        directions = next(robust) if c else [_grad(p) for p in ps]
+        for p, d in zip(ps, directions, strict=True):
+            update(p, d, group)
+    return loss
 
 
 def check_robust(group: Mapping[str, Any]) -> None:
