@@ -33,7 +33,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -94,28 +94,47 @@ def active_params(
     return params, grads
 
 
-class _MomentumSGD(StatefulOptimizer):
-    """Shared parts: defaults, checks, the clipped gradients and the momentum buffer."""
+def check_clipping(group: Mapping[str, Any]) -> None:
+    """Raise ValueError on a ``tau`` that is neither None nor > 0, or an unknown ``norm_scope``."""
+    if group["tau"] is not None and not group["tau"] > 0.0:
+        raise ValueError(f"tau must be > 0 or None (no clipping), got {group['tau']}")
+    if group["norm_scope"] not in SCOPES:
+        raise ValueError(f"norm_scope must be one of {SCOPES}, got {group['norm_scope']!r}")
+
+
+class ScopedNormOptimizer(StatefulOptimizer):
+    """Base of the optimizers here and of ``AdaGradNorm``: groups with ``tau`` and
+    ``norm_scope``, checked at construction and again at every step (a PBT exploit may have
+    rewritten them)."""
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         super().__init__(params, defaults)
+        self._check_groups()
+
+    def _check_groups(self) -> None:
         for group in self.param_groups:
             self._check(group)
 
-    @staticmethod
-    def _check(group: dict[str, Any]) -> None:
+    def _check(self, group: dict[str, Any]) -> None:
         check_hparams(group)
-        if group["tau"] is not None and not group["tau"] > 0.0:
-            raise ValueError(f"tau must be > 0 or None (no clipping), got {group['tau']}")
-        if group["norm_scope"] not in SCOPES:
-            raise ValueError(f"norm_scope must be one of {SCOPES}, got {group['norm_scope']!r}")
+        check_clipping(group)
+
+    def _grads_and_sq_norms(
+        self,
+    ) -> tuple[list[list[Tensor]], list[list[Tensor]], list[list[float]]]:
+        """Per group, once every group is checked: the parameters with a gradient, those
+        gradients, and the squared norm each sees under its group's ``norm_scope``."""
+        self._check_groups()
+        params, grads = active_params(self.param_groups)
+        return params, grads, scoped_sq_norms(self.param_groups, grads)
+
+
+class _MomentumSGD(ScopedNormOptimizer):
+    """Shared parts of ClippedSGD and NormalizedSGD: the clipped gradients' momentum."""
 
     def _directions(self) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
         """Per group: the parameters with gradients and their momentum m (clipped g~ if beta=0)."""
-        for group in self.param_groups:
-            self._check(group)
-        params, grads = active_params(self.param_groups)
-        sq = scoped_sq_norms(self.param_groups, grads)
+        params, grads, sq = self._grads_and_sq_norms()
         moms: list[list[Tensor]] = []
         for group, ps, gs, sqs in zip(self.param_groups, params, grads, sq, strict=True):
             beta = group["momentum"]
