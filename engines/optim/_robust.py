@@ -213,7 +213,7 @@ def robust_grads(
         if group["norm_scope"] == "tensor":
             clipped, prev_clipped = _clip_each_tensor(state, group, ps, previous, t)
         else:
-            clipped, prev_clipped = _clip_jointly(state, group, ps, previous, t, global_norms)
+            clipped, prev_clipped = _clip_jointly(head, group, ps, previous, t, global_norms)
         if group["vr"]:
             out.append(_variance_reduced(state, group, ps, clipped, prev_clipped))
         else:
@@ -261,7 +261,7 @@ def _clip_each_tensor(
 
 
 def _clip_jointly(
-    state: State,
+    head: dict[str, Any],
     group: Mapping[str, Any],
     ps: list[Tensor],
     previous: Mapping[Tensor, Tensor],
@@ -269,11 +269,11 @@ def _clip_jointly(
     global_norms: tuple[Tensor | None, Tensor | None],
 ) -> tuple[list[Tensor], dict[Tensor, Tensor]]:
     """Scopes "global" and "group": all gradients of the group clipped by one norm (the global
-    one or the group's), against the group's threshold; returns the clipped gradients and
-    previous-point gradients."""
+    one or the group's), against the group's threshold, whose adaptive history lives in ``head``
+    (the state of the group's first parameter); returns the clipped gradients and previous-point
+    gradients."""
     glob_norm, prev_glob_norm = global_norms
     grads = [_grad(p) for p in ps]
-    head = state[group["params"][0]]
     is_global = group["norm_scope"] == "global"
     norm = glob_norm if is_global and glob_norm is not None else _norm(grads, ps[0])
     head_dtype = group["params"][0].dtype
