@@ -107,7 +107,7 @@ class ScopedNormOptimizer(StatefulOptimizer):
     ``norm_scope``, checked at construction and again at every step (a PBT exploit may have
     rewritten them)."""
 
-    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+    def __init__(self, params: Iterable[Any], **defaults: Any) -> None:
         super().__init__(params, defaults)
         self._check_groups()
 
@@ -168,14 +168,14 @@ class ClippedSGD(_MomentumSGD):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "tau": tau,
-            "momentum": momentum,
-            "norm_scope": norm_scope,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params,
+            lr=lr,
+            tau=tau,
+            momentum=momentum,
+            norm_scope=norm_scope,
+            weight_decay=weight_decay,
+        )
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -204,14 +204,14 @@ class NormalizedSGD(_MomentumSGD):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "tau": tau,
-            "norm_scope": norm_scope,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params,
+            lr=lr,
+            momentum=momentum,
+            tau=tau,
+            norm_scope=norm_scope,
+            weight_decay=weight_decay,
+        )
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
