@@ -1,5 +1,8 @@
-"""Pieces shared by the optimizers of this package: the base class, the AdamW step that Muon and
-OLion run on their non-matrix groups, and the split of a model into matrix and other parameters.
+"""Pieces shared by the optimizers of this package: the base classes (``StatefulOptimizer``;
+``ParameterwiseOptimizer``, whose step updates each parameter alone; ``MatrixOptimizer``, which
+sends matrices to Muon's or OLion's rule and ``adamw=True`` groups to AdamW), the hyperparameter
+checks, the step counter of per-parameter state, the AdamW step, and the split of a model into
+matrix and other parameters.
 """
 
 from __future__ import annotations
