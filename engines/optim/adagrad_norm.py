@@ -59,9 +59,7 @@ class AdaGradNorm(ScopedNormOptimizer):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(
-            params, lr=lr, b0=b0, tau=tau, norm_scope=norm_scope, weight_decay=weight_decay
-        )
+        super().__init__(params, lr, norm_scope, weight_decay, b0=b0, tau=tau)
 
     def _check(self, group: dict[str, Any]) -> None:
         check_hparams(group)

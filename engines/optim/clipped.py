@@ -105,9 +105,16 @@ def check_clipping(group: Mapping[str, Any]) -> None:
 class ScopedNormOptimizer(StatefulOptimizer):
     """Base of the optimizers here and of ``AdaGradNorm``: groups with ``tau`` and
     ``norm_scope``, checked at construction and again at every step (a PBT exploit may have
-    rewritten them)."""
+    rewritten them).
 
-    def __init__(self, params: Iterable[Any], **defaults: Any) -> None:
+    The group defaults are the hyperparameters all of them have and, keyed in between in the
+    order of the subclass's signature, its own (``own``).
+    """
+
+    def __init__(
+        self, params: Iterable[Any], lr: float, norm_scope: str, weight_decay: float, **own: Any
+    ) -> None:
+        defaults = {"lr": lr, **own, "norm_scope": norm_scope, "weight_decay": weight_decay}
         super().__init__(params, defaults)
         self._check_groups()
 
@@ -130,7 +137,8 @@ class ScopedNormOptimizer(StatefulOptimizer):
 
 
 class _MomentumSGD(ScopedNormOptimizer):
-    """Shared parts of ClippedSGD and NormalizedSGD: the clipped gradients' momentum."""
+    """Momentum SGD on clipped gradients, the shared part of ClippedSGD and NormalizedSGD; its
+    ``step`` is ClippedSGD's, which NormalizedSGD overrides to normalize the momentum."""
 
     def _directions(self) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
         """Per group: the parameters with gradients and their momentum m (clipped g~ if beta=0)."""
@@ -152,6 +160,18 @@ class _MomentumSGD(ScopedNormOptimizer):
             moms.append(out)
         return params, moms
 
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """x <- (1 - lr wd) x - lr m for every parameter with a gradient."""
+        loss = evaluate(closure)
+        params, moms = self._directions()
+        for group, ps, ms in zip(self.param_groups, params, moms, strict=True):
+            lr, wd = group["lr"], group["weight_decay"]
+            for p, m in zip(ps, ms, strict=True):
+                p.mul_(1.0 - lr * wd)
+                p.add_(m, alpha=-lr)
+        return loss
+
 
 class ClippedSGD(_MomentumSGD):
     """x <- (1 - lr wd) x - lr m,  m = EMA of min(1, tau/||g||) g  [Zhang2020clip].
@@ -168,25 +188,7 @@ class ClippedSGD(_MomentumSGD):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            tau=tau,
-            momentum=momentum,
-            norm_scope=norm_scope,
-            weight_decay=weight_decay,
-        )
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = evaluate(closure)
-        params, moms = self._directions()
-        for group, ps, ms in zip(self.param_groups, params, moms, strict=True):
-            lr, wd = group["lr"], group["weight_decay"]
-            for p, m in zip(ps, ms, strict=True):
-                p.mul_(1.0 - lr * wd)
-                p.add_(m, alpha=-lr)
-        return loss
+        super().__init__(params, lr, norm_scope, weight_decay, tau=tau, momentum=momentum)
 
 
 class NormalizedSGD(_MomentumSGD):
@@ -204,17 +206,11 @@ class NormalizedSGD(_MomentumSGD):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            momentum=momentum,
-            tau=tau,
-            norm_scope=norm_scope,
-            weight_decay=weight_decay,
-        )
+        super().__init__(params, lr, norm_scope, weight_decay, momentum=momentum, tau=tau)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """x <- (1 - lr wd) x - lr m / ||m|| for every parameter with a gradient."""
         loss = evaluate(closure)
         params, moms = self._directions()
         sq = scoped_sq_norms(self.param_groups, moms)
