@@ -70,7 +70,8 @@ def shape_scale(rows: int, cols: int, kind: str) -> float:
 def muon_hparams(
     lr: float, momentum: float, nesterov: bool, weight_decay: float, ns_steps: int, shape_scale: str
 ) -> dict[str, Any]:
-    """The keys of a Muon param group (the ``adamw`` flag aside)."""
+    """The keys of a Muon param group but its ``adamw`` flag, in the order ``Muon`` sets them
+    (``MuonPlus`` puts its clipping keys first)."""
     return {
         "lr": lr,
         "momentum": momentum,
