@@ -107,8 +107,9 @@ class ScopedNormOptimizer(StatefulOptimizer):
     ``norm_scope``, checked at construction and again at every step (a PBT exploit may have
     rewritten them).
 
-    The group defaults are the hyperparameters all of them have and, keyed in between in the
-    order of the subclass's signature, its own (``own``).
+    Group defaults: ``lr``, the subclass's own hyperparameters (``own``, in its signature's
+    order), then ``norm_scope`` and ``weight_decay``, the order the keys of ``param_groups``
+    have always had.
     """
 
     def __init__(

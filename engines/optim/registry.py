@@ -27,10 +27,9 @@ exclude 0, so a default of 0 lies outside them (a job wanting 0 keeps the defaul
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engines.errors import EngineOptionsError
@@ -101,7 +100,7 @@ _MUON_SPEC = OptimizerSpec(
 def _robust_variant(spec: OptimizerSpec, name: str, import_path: str) -> OptimizerSpec:
     """``spec`` on clipped, optionally variance-reduced gradients (Lion+ from Lion, Muon+ from
     Muon): the clipping keys join the defaults and ``tau_quantile`` the search space."""
-    return dataclasses.replace(
+    return replace(
         spec,
         name=name,
         import_path=import_path,
