@@ -16,6 +16,9 @@ import torch
 from torch import Tensor, nn
 from torch.optim.optimizer import Optimizer, StateDict
 
+#: What the optimizers here take as ``params``: tensors, or param groups (dicts).
+Params = Iterable[Tensor] | Iterable[dict[str, Any]]
+
 
 class StatefulOptimizer(Optimizer):
     """An ``Optimizer`` whose ``load_state_dict`` copies what it loads.

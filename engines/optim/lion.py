@@ -39,7 +39,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -47,14 +47,13 @@ from torch import Tensor
 
 from engines.optim._common import (
     ParameterwiseOptimizer,
+    Params,
     check_hparams,
     count_step,
     dense_grad,
     fw_gap_term,
 )
 from engines.optim._robust import check_robust, robust_hparams, robust_step
-
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
 class Lion(ParameterwiseOptimizer):

@@ -39,7 +39,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from engines.optim._common import (
     MatrixOptimizer,
+    Params,
     count_step,
     dense_grad,
     fw_gap_term,
@@ -54,8 +55,6 @@ from engines.optim._common import (
 )
 from engines.optim._newton_schulz import as_matrix, newton_schulz5
 from engines.optim._robust import check_robust, robust_hparams, robust_step
-
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
 def shape_scale(rows: int, cols: int, kind: str) -> float:

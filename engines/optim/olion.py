@@ -37,16 +37,13 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from engines.optim._common import MatrixOptimizer, count_step, split_matrix_params
+from engines.optim._common import MatrixOptimizer, Params, count_step, split_matrix_params
 from engines.optim._newton_schulz import as_matrix, newton_schulz5
-
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
 class OLion(MatrixOptimizer):
