@@ -1,5 +1,8 @@
-"""Pieces shared by the optimizers of this package: the base class, the AdamW step that Muon and
-OLion run on their non-matrix groups, and the split of a model into matrix and other parameters.
+"""Pieces shared by the optimizers of this package: the base classes (``StatefulOptimizer``;
+``ParameterwiseOptimizer``, whose step updates each parameter alone; ``MatrixOptimizer``, which
+sends matrices to Muon's or OLion's rule and ``adamw=True`` groups to AdamW), the hyperparameter
+checks, the step counter of per-parameter state, the AdamW step, and the split of a model into
+matrix and other parameters.
 """
 
 from __future__ import annotations
@@ -13,14 +16,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim.optimizer import Optimizer, StateDict
 
-#: AdamW settings for the non-matrix groups of Muon and OLion (part C: lr 3e-4, betas
-#: (0.9, 0.95), eps 1e-10; no weight decay on gains and biases).
-ADAMW_DEFAULTS: dict[str, Any] = {
-    "lr": 3e-4,
-    "betas": (0.9, 0.95),
-    "eps": 1e-10,
-    "weight_decay": 0.0,
-}
+#: What the optimizers here take as ``params``: tensors, or param groups (dicts).
+Params = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
 class StatefulOptimizer(Optimizer):
@@ -44,14 +41,43 @@ def evaluate(closure: Callable[[], Any] | None) -> Any:
         return closure()
 
 
-class MatrixOptimizer(StatefulOptimizer):
-    """Base of Muon and OLion: matrices take the subclass's rule (``_update``), groups flagged
-    ``adamw=True`` take AdamW."""
+class ParameterwiseOptimizer(StatefulOptimizer):
+    """An optimizer whose step updates each parameter with a gradient on its own (``_update``)."""
+
+    def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+        raise TypeError(f"{type(self).__name__} must define _update")
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One step on every parameter with a gradient; returns ``closure()`` if given."""
+        loss = evaluate(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = dense_grad(p)
+                if grad is not None:
+                    self._update(p, grad, group)
+        return loss
+
+
+class MatrixOptimizer(ParameterwiseOptimizer):
+    """Base of Muon and OLion: matrices take the subclass's rule (``_update_matrix``), groups
+    flagged ``adamw=True`` take AdamW."""
 
     def __init__(
-        self, params: Any, defaults: dict[str, Any], adamw_defaults: Mapping[str, Any]
+        self,
+        params: Any,
+        defaults: dict[str, Any],
+        adamw_lr: float,
+        adamw_betas: tuple[float, float],
+        adamw_eps: float,
+        adamw_weight_decay: float,
     ) -> None:
-        self._adamw_defaults = dict(adamw_defaults)
+        self._adamw_defaults = {
+            "lr": adamw_lr,
+            "betas": tuple(adamw_betas),
+            "eps": adamw_eps,
+            "weight_decay": adamw_weight_decay,
+        }
         super().__init__(params, {**defaults, "adamw": False})
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -75,22 +101,13 @@ class MatrixOptimizer(StatefulOptimizer):
                 )
 
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
-        raise TypeError(f"{type(self).__name__} must define _update")
+        if group["adamw"]:
+            adamw_update(p, grad, self.state[p], group)
+        else:
+            self._update_matrix(p, grad, group)
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One step on every parameter with a gradient; returns ``closure()`` if given."""
-        loss = evaluate(closure)
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = dense_grad(p)
-                if grad is None:
-                    continue
-                if group["adamw"]:
-                    adamw_update(p, grad, self.state[p], group)
-                else:
-                    self._update(p, grad, group)
-        return loss
+    def _update_matrix(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+        raise TypeError(f"{type(self).__name__} must define _update_matrix")
 
 
 def check_hparams(group: Mapping[str, Any]) -> None:
@@ -123,12 +140,7 @@ def adamw_update(p: Tensor, grad: Tensor, state: dict[str, Any], group: Mapping[
     """
     beta1, beta2 = group["betas"]
     lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-    if "exp_avg" not in state:
-        state["step"] = 0
-        state["exp_avg"] = torch.zeros_like(p)
-        state["exp_avg_sq"] = torch.zeros_like(p)
-    state["step"] += 1
-    t = state["step"]
+    t = count_step(state, p, "exp_avg", "exp_avg_sq")
     m, v = state["exp_avg"], state["exp_avg_sq"]
     m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
     v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
@@ -137,11 +149,15 @@ def adamw_update(p: Tensor, grad: Tensor, state: dict[str, Any], group: Mapping[
     p.addcdiv_(m, denom, value=-lr / (1.0 - beta1**t))
 
 
-def adamw_defaults(
-    lr: float, betas: tuple[float, float], eps: float, weight_decay: float
-) -> dict[str, Any]:
-    """The hyperparameters of the ``adamw=True`` groups of Muon and OLion."""
-    return {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+def count_step(state: dict[str, Any], p: Tensor, *buffers: str) -> int:
+    """Count one more step of ``p`` in ``state["step"]`` and return the count; on the first
+    step, first set the count to 0 and create the zero ``buffers`` shaped like ``p``."""
+    if buffers[0] not in state:
+        state["step"] = 0
+        for name in buffers:
+            state[name] = torch.zeros_like(p)
+    state["step"] += 1
+    return state["step"]
 
 
 def fill_adamw_group(group: dict[str, Any], adamw_defaults: Mapping[str, Any]) -> None:

@@ -37,22 +37,64 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from engines.optim._common import evaluate
+from engines.optim._common import dense_grad, evaluate
 
-ROBUST_DEFAULTS: dict[str, Any] = {
-    "tau": None,
-    "tau_exponent": 0.0,
-    "tau_quantile": 0.9,
-    "tau_window": 200,
-    "norm_scope": "global",
-    "vr": False,
-    "vr_a": 0.1,
-}
 SCOPES = ("global", "group", "tensor")
 #: Norms recorded before the adaptive threshold starts clipping.
 MIN_HISTORY = 10
 
 State = MutableMapping[Tensor, dict[str, Any]]
+
+
+def robust_hparams(
+    tau: float | None,
+    tau_exponent: float,
+    tau_quantile: float,
+    tau_window: int,
+    norm_scope: str,
+    vr: bool,
+    vr_a: float,
+) -> dict[str, Any]:
+    """The clipping and variance-reduction keys of a Lion+ or Muon+ param group."""
+    return {
+        "tau": tau,
+        "tau_exponent": tau_exponent,
+        "tau_quantile": tau_quantile,
+        "tau_window": tau_window,
+        "norm_scope": norm_scope,
+        "vr": vr,
+        "vr_a": vr_a,
+    }
+
+
+def robust_step(
+    optimizer: Optimizer,
+    closure: Callable[[], Any] | None,
+    update: Callable[[Tensor, Tensor, dict[str, Any]], None],
+    clips: Callable[[dict[str, Any]], bool],
+) -> Any:
+    """One Lion+ or Muon+ step: ``update(p, direction, group)`` for every parameter with a
+    gradient, in order. The direction is the robust gradient (``robust_grads``) in the groups
+    that ``clips`` selects and the raw gradient elsewhere. Returns the first ``closure()``.
+    """
+    loss = evaluate(closure)
+    previous = previous_point_grads(optimizer, closure)
+    groups = optimizer.param_groups
+    params = [[p for p in g["params"] if dense_grad(p) is not None] for g in groups]
+    clipped = [clips(g) for g in groups]
+    robust = iter(
+        robust_grads(
+            optimizer.state,
+            [g for g, c in zip(groups, clipped, strict=True) if c],
+            [ps for ps, c in zip(params, clipped, strict=True) if c],
+            previous,
+        )
+    )
+    for group, ps, c in zip(groups, params, clipped, strict=True):
+        directions = next(robust) if c else [_grad(p) for p in ps]
+        for p, d in zip(ps, directions, strict=True):
+            update(p, d, group)
+    return loss
 
 
 def check_robust(group: Mapping[str, Any]) -> None:
@@ -159,18 +201,7 @@ def robust_grads(
     ``vr_d`` (d_t) in each parameter's state when vr is on; the adaptive history of a global or
     group norm, and the group's step counter, live in the state of the group's first parameter.
     """
-    glob_ps = [
-        p
-        for group, ps in zip(groups, params, strict=True)
-        if group["norm_scope"] == "global"
-        for p in ps
-    ]
-    glob_norm: Tensor | None = None
-    prev_glob_norm: Tensor | None = None
-    if glob_ps:
-        glob_norm = _norm([_grad(p) for p in glob_ps], glob_ps[0])
-        glob_prev = [previous[p] for p in glob_ps if p in previous]
-        prev_glob_norm = _norm(glob_prev, glob_ps[0]) if glob_prev else None
+    global_norms = _global_norms(groups, params, previous)
     out: list[list[Tensor]] = []
     for group, ps in zip(groups, params, strict=True):
         if not ps:
@@ -179,41 +210,103 @@ def robust_grads(
         head = state[group["params"][0]]
         head["group_step"] = head.get("group_step", 0) + 1
         t = head["group_step"]
-        grads = [_grad(p) for p in ps]
-        clipped: list[Tensor] = []
-        prev_clipped: dict[Tensor, Tensor] = {}
         if group["norm_scope"] == "tensor":
-            for p, g in zip(ps, grads, strict=True):
-                norm = _norm([g], p)
-                tau = _threshold(group, state[p], "norm_history", norm, t)
-                clipped.append(g * _factor(tau, norm))
-                if p in previous:
-                    prev_clipped[p] = previous[p] * _factor(tau, _norm([previous[p]], p))
+            clipped, prev_clipped = _clip_each_tensor(state, group, ps, previous, t)
         else:
-            is_global = group["norm_scope"] == "global"
-            norm = glob_norm if is_global and glob_norm is not None else _norm(grads, ps[0])
-            head_dtype = group["params"][0].dtype
-            tau = _threshold(group, head, "group_norm_history", norm.to(head_dtype), t)
-            clipped = [g * _factor(tau, norm) for g in grads]
-            prev = [previous[p] for p in ps if p in previous]
-            if prev:
-                prev_norm = prev_glob_norm if is_global else _norm(prev, ps[0])
-                assert prev_norm is not None
-                for p in ps:
-                    if p in previous:
-                        prev_clipped[p] = previous[p] * _factor(tau, prev_norm)
-        if not group["vr"]:
+            clipped, prev_clipped = _clip_jointly(head, group, ps, previous, t, global_norms)
+        if group["vr"]:
+            out.append(_variance_reduced(state, group, ps, clipped, prev_clipped))
+        else:
             out.append(clipped)
-            continue
-        directions = []
-        for p, g in zip(ps, clipped, strict=True):
-            st = state[p]
-            if "vr_d" in st and p in prev_clipped:
-                d = g + (1.0 - group["vr_a"]) * (st["vr_d"] - prev_clipped[p])
-            else:
-                d = g.clone()
-            st["vr_d"] = d
-            st["prev_param"] = p.detach().clone()
-            directions.append(d)
-        out.append(directions)
     return out
+
+
+def _global_norms(
+    groups: list[dict[str, Any]], params: list[list[Tensor]], previous: Mapping[Tensor, Tensor]
+) -> tuple[Tensor | None, Tensor | None]:
+    """The norm of the gradients, and of the previous-point gradients, of every parameter in a
+    group whose scope is "global" (``None`` where there is none)."""
+    glob_ps = [
+        p
+        for group, ps in zip(groups, params, strict=True)
+        if group["norm_scope"] == "global"
+        for p in ps
+    ]
+    if not glob_ps:
+        return None, None
+    glob_norm = _norm([_grad(p) for p in glob_ps], glob_ps[0])
+    glob_prev = [previous[p] for p in glob_ps if p in previous]
+    return glob_norm, _norm(glob_prev, glob_ps[0]) if glob_prev else None
+
+
+def _clip_each_tensor(
+    state: State,
+    group: Mapping[str, Any],
+    ps: list[Tensor],
+    previous: Mapping[Tensor, Tensor],
+    t: int,
+) -> tuple[list[Tensor], dict[Tensor, Tensor]]:
+    """Scope "tensor": each gradient (and previous-point gradient) clipped by its own norm,
+    against a threshold of its own; returns the clipped gradients and previous gradients."""
+    clipped: list[Tensor] = []
+    prev_clipped: dict[Tensor, Tensor] = {}
+    for p in ps:
+        g = _grad(p)
+        norm = _norm([g], p)
+        tau = _threshold(group, state[p], "norm_history", norm, t)
+        clipped.append(g * _factor(tau, norm))
+        if p in previous:
+            prev_clipped[p] = previous[p] * _factor(tau, _norm([previous[p]], p))
+    return clipped, prev_clipped
+
+
+def _clip_jointly(
+    head: dict[str, Any],
+    group: Mapping[str, Any],
+    ps: list[Tensor],
+    previous: Mapping[Tensor, Tensor],
+    t: int,
+    global_norms: tuple[Tensor | None, Tensor | None],
+) -> tuple[list[Tensor], dict[Tensor, Tensor]]:
+    """Scopes "global" and "group": all gradients of the group clipped by one norm (the global
+    one or the group's), against the group's threshold, whose adaptive history lives in ``head``
+    (the state of the group's first parameter); returns the clipped gradients and previous-point
+    gradients."""
+    glob_norm, prev_glob_norm = global_norms
+    grads = [_grad(p) for p in ps]
+    is_global = group["norm_scope"] == "global"
+    norm = glob_norm if is_global and glob_norm is not None else _norm(grads, ps[0])
+    head_dtype = group["params"][0].dtype
+    tau = _threshold(group, head, "group_norm_history", norm.to(head_dtype), t)
+    clipped = [g * _factor(tau, norm) for g in grads]
+    prev_clipped: dict[Tensor, Tensor] = {}
+    prev = [previous[p] for p in ps if p in previous]
+    if prev:
+        prev_norm = prev_glob_norm if is_global else _norm(prev, ps[0])
+        assert prev_norm is not None
+        for p in ps:
+            if p in previous:
+                prev_clipped[p] = previous[p] * _factor(tau, prev_norm)
+    return clipped, prev_clipped
+
+
+def _variance_reduced(
+    state: State,
+    group: Mapping[str, Any],
+    ps: list[Tensor],
+    clipped: list[Tensor],
+    prev_clipped: Mapping[Tensor, Tensor],
+) -> list[Tensor]:
+    """d_t = g~_t + (1 - vr_a) (d_{t-1} - g~(x_{t-1})) per parameter (d_1 = g~_1); stores d_t
+    as ``vr_d`` and x_t as ``prev_param`` in the parameter's state."""
+    directions = []
+    for p, g in zip(ps, clipped, strict=True):
+        st = state[p]
+        if "vr_d" in st and p in prev_clipped:
+            d = g + (1.0 - group["vr_a"]) * (st["vr_d"] - prev_clipped[p])
+        else:
+            d = g.clone()
+        st["vr_d"] = d
+        st["prev_param"] = p.detach().clone()
+        directions.append(d)
+    return directions

@@ -39,11 +39,11 @@ from typing import Any
 
 import torch
 
-from engines.optim._common import StatefulOptimizer, check_hparams, evaluate
-from engines.optim.clipped import SCOPES, active_params, clip_factor, scoped_sq_norms
+from engines.optim._common import check_hparams, evaluate
+from engines.optim.clipped import ScopedNormOptimizer, check_clipping, clip_factor
 
 
-class AdaGradNorm(StatefulOptimizer):
+class AdaGradNorm(ScopedNormOptimizer):
     """x <- (1 - lr wd) x - lr g~ / sqrt(b0^2 + sum ||g~||^2)  [Ward2019adagradnorm].
 
     ``tau=None`` turns clipping off. The step size used last is in each parameter's state as
@@ -59,24 +59,18 @@ class AdaGradNorm(StatefulOptimizer):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "b0": b0,
-            "tau": tau,
-            "norm_scope": norm_scope,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check(group)
+        super().__init__(params, lr, norm_scope, weight_decay, b0=b0, tau=tau)
+
+    def _check(self, group: dict[str, Any]) -> None:
+        check_hparams(group)
+        if group["b0"] < 0.0:
+            raise ValueError(f"b0 must be >= 0, got {group['b0']}")
+        check_clipping(group)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = evaluate(closure)
-        for group in self.param_groups:
-            _check(group)
-        params, grads = active_params(self.param_groups)
-        sq = scoped_sq_norms(self.param_groups, grads)
+        params, grads, sq = self._grads_and_sq_norms()
         for group, ps, gs, sqs in zip(self.param_groups, params, grads, sq, strict=True):
             lr, wd, b0 = group["lr"], group["weight_decay"], group["b0"]
             for p, g, s in zip(ps, gs, sqs, strict=True):
@@ -89,13 +83,3 @@ class AdaGradNorm(StatefulOptimizer):
                 p.mul_(1.0 - lr * wd)
                 p.add_(g, alpha=-step_size * factor)
         return loss
-
-
-def _check(group: dict[str, Any]) -> None:
-    check_hparams(group)
-    if group["b0"] < 0.0:
-        raise ValueError(f"b0 must be >= 0, got {group['b0']}")
-    if group["tau"] is not None and not group["tau"] > 0.0:
-        raise ValueError(f"tau must be > 0 or None (no clipping), got {group['tau']}")
-    if group["norm_scope"] not in SCOPES:
-        raise ValueError(f"norm_scope must be one of {SCOPES}, got {group['norm_scope']!r}")

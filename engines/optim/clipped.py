@@ -33,7 +33,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -94,28 +94,56 @@ def active_params(
     return params, grads
 
 
-class _MomentumSGD(StatefulOptimizer):
-    """Shared parts: defaults, checks, the clipped gradients and the momentum buffer."""
+def check_clipping(group: Mapping[str, Any]) -> None:
+    """Raise ValueError on a ``tau`` that is neither None nor > 0, or an unknown ``norm_scope``."""
+    if group["tau"] is not None and not group["tau"] > 0.0:
+        raise ValueError(f"tau must be > 0 or None (no clipping), got {group['tau']}")
+    if group["norm_scope"] not in SCOPES:
+        raise ValueError(f"norm_scope must be one of {SCOPES}, got {group['norm_scope']!r}")
 
-    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+
+class ScopedNormOptimizer(StatefulOptimizer):
+    """Base of the optimizers here and of ``AdaGradNorm``: groups with ``tau`` and
+    ``norm_scope``, checked at construction and again at every step (a PBT exploit may have
+    rewritten them).
+
+    Group defaults: ``lr``, the subclass's own hyperparameters (``own``, in its signature's
+    order), then ``norm_scope`` and ``weight_decay``, the order the keys of ``param_groups``
+    have always had.
+    """
+
+    def __init__(
+        self, params: Iterable[Any], lr: float, norm_scope: str, weight_decay: float, **own: Any
+    ) -> None:
+        defaults = {"lr": lr, **own, "norm_scope": norm_scope, "weight_decay": weight_decay}
         super().__init__(params, defaults)
+        self._check_groups()
+
+    def _check_groups(self) -> None:
         for group in self.param_groups:
             self._check(group)
 
-    @staticmethod
-    def _check(group: dict[str, Any]) -> None:
+    def _check(self, group: dict[str, Any]) -> None:
         check_hparams(group)
-        if group["tau"] is not None and not group["tau"] > 0.0:
-            raise ValueError(f"tau must be > 0 or None (no clipping), got {group['tau']}")
-        if group["norm_scope"] not in SCOPES:
-            raise ValueError(f"norm_scope must be one of {SCOPES}, got {group['norm_scope']!r}")
+        check_clipping(group)
+
+    def _grads_and_sq_norms(
+        self,
+    ) -> tuple[list[list[Tensor]], list[list[Tensor]], list[list[float]]]:
+        """Per group, once every group is checked: the parameters with a gradient, those
+        gradients, and the squared norm each sees under its group's ``norm_scope``."""
+        self._check_groups()
+        params, grads = active_params(self.param_groups)
+        return params, grads, scoped_sq_norms(self.param_groups, grads)
+
+
+class _MomentumSGD(ScopedNormOptimizer):
+    """Momentum SGD on clipped gradients, the shared part of ClippedSGD and NormalizedSGD; its
+    ``step`` is ClippedSGD's, which NormalizedSGD overrides to normalize the momentum."""
 
     def _directions(self) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
         """Per group: the parameters with gradients and their momentum m (clipped g~ if beta=0)."""
-        for group in self.param_groups:
-            self._check(group)
-        params, grads = active_params(self.param_groups)
-        sq = scoped_sq_norms(self.param_groups, grads)
+        params, grads, sq = self._grads_and_sq_norms()
         moms: list[list[Tensor]] = []
         for group, ps, gs, sqs in zip(self.param_groups, params, grads, sq, strict=True):
             beta = group["momentum"]
@@ -133,6 +161,18 @@ class _MomentumSGD(StatefulOptimizer):
             moms.append(out)
         return params, moms
 
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """x <- (1 - lr wd) x - lr m for every parameter with a gradient."""
+        loss = evaluate(closure)
+        params, moms = self._directions()
+        for group, ps, ms in zip(self.param_groups, params, moms, strict=True):
+            lr, wd = group["lr"], group["weight_decay"]
+            for p, m in zip(ps, ms, strict=True):
+                p.mul_(1.0 - lr * wd)
+                p.add_(m, alpha=-lr)
+        return loss
+
 
 class ClippedSGD(_MomentumSGD):
     """x <- (1 - lr wd) x - lr m,  m = EMA of min(1, tau/||g||) g  [Zhang2020clip].
@@ -149,25 +189,7 @@ class ClippedSGD(_MomentumSGD):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "tau": tau,
-            "momentum": momentum,
-            "norm_scope": norm_scope,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = evaluate(closure)
-        params, moms = self._directions()
-        for group, ps, ms in zip(self.param_groups, params, moms, strict=True):
-            lr, wd = group["lr"], group["weight_decay"]
-            for p, m in zip(ps, ms, strict=True):
-                p.mul_(1.0 - lr * wd)
-                p.add_(m, alpha=-lr)
-        return loss
+        super().__init__(params, lr, norm_scope, weight_decay, tau=tau, momentum=momentum)
 
 
 class NormalizedSGD(_MomentumSGD):
@@ -185,17 +207,11 @@ class NormalizedSGD(_MomentumSGD):
         norm_scope: str = "global",
         weight_decay: float = 0.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "tau": tau,
-            "norm_scope": norm_scope,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
+        super().__init__(params, lr, norm_scope, weight_decay, momentum=momentum, tau=tau)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """x <- (1 - lr wd) x - lr m / ||m|| for every parameter with a gradient."""
         loss = evaluate(closure)
         params, moms = self._directions()
         sq = scoped_sq_norms(self.param_groups, moms)

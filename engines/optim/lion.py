@@ -39,25 +39,24 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from engines.optim._common import (
-    StatefulOptimizer,
+    ParameterwiseOptimizer,
+    Params,
     check_hparams,
+    count_step,
     dense_grad,
-    evaluate,
     fw_gap_term,
 )
-from engines.optim._robust import ROBUST_DEFAULTS, check_robust, previous_point_grads, robust_grads
-
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
+from engines.optim._robust import check_robust, robust_hparams, robust_step
 
 
-class Lion(StatefulOptimizer):
+class Lion(ParameterwiseOptimizer):
     """Lion with decoupled weight decay; state per parameter: ``exp_avg`` (m) and ``step``."""
 
     def __init__(
@@ -77,23 +76,9 @@ class Lion(StatefulOptimizer):
     def _check(self, group: dict[str, Any]) -> None:
         check_hparams(group)
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One Lion step on every parameter with a gradient; returns ``closure()`` if given."""
-        loss = evaluate(closure)
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = dense_grad(p)
-                if grad is not None:
-                    self._update(p, grad, group)
-        return loss
-
     def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
-        if "exp_avg" not in state:
-            state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(p)
-        state["step"] += 1
+        count_step(state, p, "exp_avg")
         beta1, beta2 = group["betas"]
         lr, wd = group["lr"], group["weight_decay"]
         m = state["exp_avg"]
@@ -138,20 +123,9 @@ class LionPlus(Lion):
         vr: bool = False,
         vr_a: float = 0.1,
     ) -> None:
-        defaults = {
-            **ROBUST_DEFAULTS,
-            "lr": lr,
-            "betas": tuple(betas),
-            "weight_decay": weight_decay,
-            "tau": tau,
-            "tau_exponent": tau_exponent,
-            "tau_quantile": tau_quantile,
-            "tau_window": tau_window,
-            "norm_scope": norm_scope,
-            "vr": vr,
-            "vr_a": vr_a,
-        }
-        StatefulOptimizer.__init__(self, params, defaults)
+        robust = robust_hparams(tau, tau_exponent, tau_quantile, tau_window, norm_scope, vr, vr_a)
+        defaults = {**robust, "lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+        ParameterwiseOptimizer.__init__(self, params, defaults)
 
     def _check(self, group: dict[str, Any]) -> None:
         check_hparams(group)
@@ -160,11 +134,4 @@ class LionPlus(Lion):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Lion+ step; returns the first ``closure()`` value if a closure is given."""
-        loss = evaluate(closure)
-        previous = previous_point_grads(self, closure)
-        params = [[p for p in g["params"] if dense_grad(p) is not None] for g in self.param_groups]
-        directions = robust_grads(self.state, self.param_groups, params, previous)
-        for group, ps, ds in zip(self.param_groups, params, directions, strict=True):
-            for p, d in zip(ps, ds, strict=True):
-                self._update(p, d, group)
-        return loss
+        return robust_step(self, closure, self._update, clips=lambda group: True)

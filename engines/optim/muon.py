@@ -39,7 +39,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -47,17 +47,14 @@ from torch import Tensor, nn
 
 from engines.optim._common import (
     MatrixOptimizer,
-    adamw_defaults,
-    adamw_update,
+    Params,
+    count_step,
     dense_grad,
-    evaluate,
     fw_gap_term,
     split_matrix_params,
 )
 from engines.optim._newton_schulz import as_matrix, newton_schulz5
-from engines.optim._robust import ROBUST_DEFAULTS, check_robust, previous_point_grads, robust_grads
-
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
+from engines.optim._robust import check_robust, robust_hparams, robust_step
 
 
 def shape_scale(rows: int, cols: int, kind: str) -> float:
@@ -67,6 +64,21 @@ def shape_scale(rows: int, cols: int, kind: str) -> float:
     if kind == "moonlight":
         return 0.2 * math.sqrt(max(rows, cols))
     raise ValueError(f"shape_scale must be 'muon' or 'moonlight', got {kind!r}")
+
+
+def muon_hparams(
+    lr: float, momentum: float, nesterov: bool, weight_decay: float, ns_steps: int, shape_scale: str
+) -> dict[str, Any]:
+    """The keys of a Muon param group but its ``adamw`` flag, in the order ``Muon`` sets them
+    (``MuonPlus`` puts its clipping keys first)."""
+    return {
+        "lr": lr,
+        "momentum": momentum,
+        "nesterov": nesterov,
+        "weight_decay": weight_decay,
+        "ns_steps": ns_steps,
+        "shape_scale": shape_scale,
+    }
 
 
 class Muon(MatrixOptimizer):
@@ -90,27 +102,16 @@ class Muon(MatrixOptimizer):
         adamw_eps: float = 1e-10,
         adamw_weight_decay: float = 0.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "weight_decay": weight_decay,
-            "ns_steps": ns_steps,
-            "shape_scale": shape_scale,
-        }
-        adamw = adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
-        super().__init__(params, defaults, adamw)
+        defaults = muon_hparams(lr, momentum, nesterov, weight_decay, ns_steps, shape_scale)
+        super().__init__(params, defaults, adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
 
     def _check_matrix_group(self, group: dict[str, Any]) -> None:
         super()._check_matrix_group(group)
         shape_scale(1, 1, group["shape_scale"])
 
-    def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+    def _update_matrix(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["step"] = 0
-            state["momentum_buffer"] = torch.zeros_like(p)
-        state["step"] += 1
+        count_step(state, p, "momentum_buffer")
         beta, lr, wd = group["momentum"], group["lr"], group["weight_decay"]
         buf = state["momentum_buffer"]
         buf.mul_(beta).add_(grad, alpha=1.0 - beta)
@@ -169,23 +170,12 @@ class MuonPlus(Muon):
         vr_a: float = 0.1,
     ) -> None:
         defaults = {
-            **ROBUST_DEFAULTS,
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "weight_decay": weight_decay,
-            "ns_steps": ns_steps,
-            "shape_scale": shape_scale,
-            "tau": tau,
-            "tau_exponent": tau_exponent,
-            "tau_quantile": tau_quantile,
-            "tau_window": tau_window,
-            "norm_scope": norm_scope,
-            "vr": vr,
-            "vr_a": vr_a,
+            **robust_hparams(tau, tau_exponent, tau_quantile, tau_window, norm_scope, vr, vr_a),
+            **muon_hparams(lr, momentum, nesterov, weight_decay, ns_steps, shape_scale),
         }
-        adamw = adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
-        MatrixOptimizer.__init__(self, params, defaults, adamw)
+        MatrixOptimizer.__init__(
+            self, params, defaults, adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay
+        )
 
     def _check_matrix_group(self, group: dict[str, Any]) -> None:
         super()._check_matrix_group(group)
@@ -194,22 +184,7 @@ class MuonPlus(Muon):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Muon+ step; returns the first ``closure()`` value if a closure is given."""
-        loss = evaluate(closure)
-        previous = previous_point_grads(self, closure)
-        params = [[p for p in g["params"] if dense_grad(p) is not None] for g in self.param_groups]
-        matrix_groups = [g for g in self.param_groups if not g["adamw"]]
-        matrix_params = [
-            ps for g, ps in zip(self.param_groups, params, strict=True) if not g["adamw"]
-        ]
-        directions = iter(robust_grads(self.state, matrix_groups, matrix_params, previous))
-        for group, ps in zip(self.param_groups, params, strict=True):
-            if group["adamw"]:
-                for p in ps:
-                    adamw_update(p, p.grad, self.state[p], group)
-            else:
-                for p, d in zip(ps, next(directions), strict=True):
-                    self._update(p, d, group)
-        return loss
+        return robust_step(self, closure, self._update, clips=lambda group: not group["adamw"])
 
 
 def muon_param_groups(model: nn.Module, **options: Any) -> list[dict[str, Any]]:

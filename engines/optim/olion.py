@@ -37,20 +37,13 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from engines.optim._common import (
-    MatrixOptimizer,
-    adamw_defaults,
-    split_matrix_params,
-)
+from engines.optim._common import MatrixOptimizer, Params, count_step, split_matrix_params
 from engines.optim._newton_schulz import as_matrix, newton_schulz5
-
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
 class OLion(MatrixOptimizer):
@@ -86,20 +79,16 @@ class OLion(MatrixOptimizer):
             "use_scale": use_scale,
             "rms_scale": rms_scale,
         }
-        adamw = adamw_defaults(adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
-        super().__init__(params, defaults, adamw)
+        super().__init__(params, defaults, adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay)
 
     def _check_matrix_group(self, group: dict[str, Any]) -> None:
         super()._check_matrix_group(group)
         if group["rms_scale"] is not None and group["rms_scale"] <= 0.0:
             raise ValueError(f"rms_scale must be > 0 or None, got {group['rms_scale']}")
 
-    def _update(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+    def _update_matrix(self, p: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["step"] = 0
-            state["momentum_buffer"] = torch.zeros_like(p)
-        state["step"] += 1
+        count_step(state, p, "momentum_buffer")
         beta1, beta2 = group["momentum"], group["momentum_2"]
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         buf = state["momentum_buffer"]

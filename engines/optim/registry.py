@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import importlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engines.errors import EngineOptionsError
@@ -89,30 +89,48 @@ _MUON_SPACE = [
     _f("adamw_lr", 1e-5, 1e-2, log=True),
 ]
 _SAM = {"rho": 0.1, "c": 1.0, "lr_max": 1.0, "f_star": 0.0, "weight_decay": 5e-4}
+_LION_SPEC = OptimizerSpec(
+    "lion", "engines.optim.lion:Lion", dict(_LION), list(_LION_SPACE), packed=_BETAS
+)
+_MUON_SPEC = OptimizerSpec(
+    "muon", "engines.optim.muon:Muon", dict(_MUON), list(_MUON_SPACE), split_matrices=True
+)
+
+
+def _robust_variant(spec: OptimizerSpec, name: str, import_path: str) -> OptimizerSpec:
+    """``spec`` on clipped, optionally variance-reduced gradients (Lion+ from Lion, Muon+ from
+    Muon): the clipping keys join the defaults and ``tau_quantile`` the search space."""
+    return replace(
+        spec,
+        name=name,
+        import_path=import_path,
+        defaults={**spec.defaults, **_ROBUST},
+        search_space=[*spec.search_space, _f("tau_quantile", 0.5, 0.99)],
+    )
+
+
+def _sam_sps(name: str, unnormalized: bool, rho_low: float) -> OptimizerSpec:
+    """SAM-SPS (``unnormalized=False``) or USAM-SPS; USAM's rho range starts lower."""
+    return OptimizerSpec(
+        name,
+        "engines.optim.sam_sps:SAMSPS",
+        {**_SAM, "unnormalized": unnormalized},
+        [
+            _f("rho", rho_low, 0.5, log=True),
+            _f("lr_max", 0.1, 10.0, log=True),
+            _f("weight_decay", 1e-5, 1e-2, log=True),
+        ],
+        needs_closure=True,
+    )
+
 
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     spec.name: spec
     for spec in [
-        OptimizerSpec(
-            "lion", "engines.optim.lion:Lion", dict(_LION), list(_LION_SPACE), packed=_BETAS
-        ),
-        OptimizerSpec(
-            "lion+",
-            "engines.optim.lion:LionPlus",
-            {**_LION, **_ROBUST},
-            [*_LION_SPACE, _f("tau_quantile", 0.5, 0.99)],
-            packed=_BETAS,
-        ),
-        OptimizerSpec(
-            "muon", "engines.optim.muon:Muon", dict(_MUON), list(_MUON_SPACE), split_matrices=True
-        ),
-        OptimizerSpec(
-            "muon+",
-            "engines.optim.muon:MuonPlus",
-            {**_MUON, **_ROBUST},
-            [*_MUON_SPACE, _f("tau_quantile", 0.5, 0.99)],
-            split_matrices=True,
-        ),
+        _LION_SPEC,
+        _robust_variant(_LION_SPEC, "lion+", "engines.optim.lion:LionPlus"),
+        _MUON_SPEC,
+        _robust_variant(_MUON_SPEC, "muon+", "engines.optim.muon:MuonPlus"),
         OptimizerSpec(
             "olion",
             "engines.optim.olion:OLion",
@@ -132,28 +150,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
             ],
             split_matrices=True,
         ),
-        OptimizerSpec(
-            "sam-sps",
-            "engines.optim.sam_sps:SAMSPS",
-            {**_SAM, "unnormalized": False},
-            [
-                _f("rho", 0.01, 0.5, log=True),
-                _f("lr_max", 0.1, 10.0, log=True),
-                _f("weight_decay", 1e-5, 1e-2, log=True),
-            ],
-            needs_closure=True,
-        ),
-        OptimizerSpec(
-            "usam-sps",
-            "engines.optim.sam_sps:SAMSPS",
-            {**_SAM, "unnormalized": True},
-            [
-                _f("rho", 1e-3, 0.5, log=True),
-                _f("lr_max", 0.1, 10.0, log=True),
-                _f("weight_decay", 1e-5, 1e-2, log=True),
-            ],
-            needs_closure=True,
-        ),
+        _sam_sps("sam-sps", unnormalized=False, rho_low=0.01),
+        _sam_sps("usam-sps", unnormalized=True, rho_low=1e-3),
         OptimizerSpec(
             "clipped-sgd",
             "engines.optim.clipped:ClippedSGD",

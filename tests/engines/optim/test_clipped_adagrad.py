@@ -8,7 +8,6 @@ not statistical: float64 results are compared at 1e-12, float32 at 1e-5 (roundin
 from __future__ import annotations
 
 import copy
-import io
 import math
 from collections.abc import Callable
 from typing import Any
@@ -19,26 +18,13 @@ from torch.optim import Optimizer
 
 from engines.optim.adagrad_norm import AdaGradNorm
 from engines.optim.clipped import ClippedSGD, NormalizedSGD
+from tests.engines.optim.harness import Tolerances, step_with, through_torch_save
+from tests.engines.optim.problem import DTYPES, G1, G2, X0, X_STAR, H, param
 
-DTYPES = [torch.float32, torch.float64]
 # Strongly convex quadratic f(x) = 1/2 sum h (x - x*)^2 + F_MIN on 2x3 tensors, kappa = 10.
-H = torch.linspace(1.0, 10.0, 6, dtype=torch.float64).reshape(2, 3)
-X_STAR = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]], dtype=torch.float64)
 F_MIN = 0.7
-X0 = torch.tensor([[3.0, 1.0, -2.0], [4.0, -1.0, 2.0]], dtype=torch.float64)
-G1 = torch.tensor([[0.5, -1.5, 2.0], [-0.25, 1.0, 3.0]], dtype=torch.float64)
-G2 = torch.tensor([[-1.0, 0.5, 0.25], [2.0, -0.75, 0.5]], dtype=torch.float64)
-
-
-def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
-    rtol = tol(dtype)["rtol"]
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=tol(dtype)["atol"])
-
-
-def tol(dtype: torch.dtype) -> dict[str, float]:
-    return (
-        {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-6}
-    )
+tol = Tolerances(float64=1e-12, float32_rtol=1e-5, float32_atol=1e-6)
+close = tol.close
 
 
 def quad(x: torch.Tensor) -> torch.Tensor:
@@ -55,13 +41,9 @@ def closure_for(opt: Optimizer, x: torch.Tensor) -> Callable[[], torch.Tensor]:
     return closure
 
 
-def step_with(opt: Optimizer, x: torch.Tensor, grad: torch.Tensor) -> None:
-    x.grad = grad.to(x.dtype).clone()
-    opt.step()
-
-
-def param(dtype: torch.dtype, value: torch.Tensor = X0) -> torch.Tensor:
-    return value.to(dtype).clone().requires_grad_(True)
+def hand_clip(g: torch.Tensor, tau: float | None) -> torch.Tensor:
+    """min(1, tau / ||g||) g (g itself without a threshold), for the hand computations."""
+    return g if tau is None else g * min(1.0, tau / g.norm().item())
 
 
 # ---- update rules against steps computed by hand --------------------------------------------
@@ -97,15 +79,10 @@ def test_normalized_sgd_matches_hand(dtype: torch.dtype, tau: float | None) -> N
     lr, beta, wd = 0.1, 0.9, 0.01
     x = param(dtype)
     opt = NormalizedSGD([x], lr=lr, momentum=beta, tau=tau, weight_decay=wd)
-    step_with(opt, x, G1)
-    step_with(opt, x, G2)
-
-    def clip(g: torch.Tensor) -> torch.Tensor:
-        return g if tau is None else g * min(1.0, tau / g.norm().item())
-
-    m1 = clip(G1)  # momentum first, then normalize (part C4)
+    step_with(opt, x, G1, G2)
+    m1 = hand_clip(G1, tau)  # momentum first, then normalize (part C4)
     x1 = X0 * (1 - lr * wd) - lr * m1 / m1.norm()
-    m2 = beta * m1 + (1 - beta) * clip(G2)
+    m2 = beta * m1 + (1 - beta) * hand_clip(G2, tau)
     x2 = x1 * (1 - lr * wd) - lr * m2 / m2.norm()
     close(x.detach(), x2.to(dtype), dtype)
 
@@ -114,18 +91,14 @@ def test_normalized_sgd_matches_hand(dtype: torch.dtype, tau: float | None) -> N
 @pytest.mark.parametrize("tau", [None, 2.0])
 def test_adagrad_norm_matches_hand(dtype: torch.dtype, tau: float | None) -> None:
     lr, b0, wd = 0.5, 0.3, 0.02
+    g1, g2 = hand_clip(G1, tau), hand_clip(G2, tau)
     x = param(dtype)
     opt = AdaGradNorm([x], lr=lr, b0=b0, tau=tau, weight_decay=wd)
-    step_with(opt, x, G1)
-    step_with(opt, x, G2)
-
-    def clip(g: torch.Tensor) -> torch.Tensor:
-        return g if tau is None else g * min(1.0, tau / g.norm().item())
-
-    b1 = math.sqrt(b0**2 + clip(G1).norm().item() ** 2)
-    x1 = X0 * (1 - lr * wd) - lr / b1 * clip(G1)
-    b2 = math.sqrt(b1**2 + clip(G2).norm().item() ** 2)
-    x2 = x1 * (1 - lr * wd) - lr / b2 * clip(G2)
+    step_with(opt, x, G1, G2)
+    b1 = math.sqrt(b0**2 + g1.norm().item() ** 2)
+    x1 = X0 * (1 - lr * wd) - lr / b1 * g1
+    b2 = math.sqrt(b1**2 + g2.norm().item() ** 2)
+    x2 = x1 * (1 - lr * wd) - lr / b2 * g2
     close(x.detach(), x2.to(dtype), dtype)
     assert opt.state[x]["step_size"] == pytest.approx(lr / b2, rel=1e-12)
 
@@ -218,12 +191,10 @@ def test_state_dict_round_trip_is_bitwise(name: str, dtype: torch.dtype) -> None
     x = param(dtype)
     opt = FACTORIES[name]([x])
     run_steps(opt, x, 5)
-    buffer = io.BytesIO()
-    torch.save(opt.state_dict(), buffer)
-    buffer.seek(0)
+    saved = through_torch_save(opt.state_dict())
     x_copy = x.detach().clone().requires_grad_(True)
     fresh = FACTORIES[name]([x_copy])
-    fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    fresh.load_state_dict(saved)
     run_steps(opt, x, 1)
     run_steps(fresh, x_copy, 1)
     assert torch.equal(x, x_copy)

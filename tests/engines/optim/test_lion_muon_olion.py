@@ -10,7 +10,6 @@ operations differs). State round trips are compared bitwise (torch.equal).
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +28,7 @@ from engines.optim import (
     olion_param_groups,
     split_matrix_params,
 )
+from tests.engines.optim.harness import through_torch_save
 
 DTYPES = [torch.float32, torch.float64]
 A, B, C = 3.4445, -4.7750, 2.0315
@@ -391,11 +391,9 @@ def test_state_dict_round_trip_gives_bitwise_the_same_next_step(
     params = _model_params(dtype)
     opt = STATEFUL[name](_groups(params, name))
     _run(opt, params, 0, 12)
-    buffer = io.BytesIO()
-    torch.save(opt.state_dict(), buffer)
-    buffer.seek(0)
+    saved = through_torch_save(opt.state_dict())
     copies, restored = _fresh(name, params)
-    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    restored.load_state_dict(saved)
     _run(opt, params, 12, 2)
     _run(restored, copies, 12, 2)
     for p, q in zip(params, copies, strict=True):

@@ -8,7 +8,6 @@ convergence radius of SAM, which is the analytic bound stated in its test.
 from __future__ import annotations
 
 import copy
-import io
 import math
 from collections.abc import Callable
 
@@ -16,24 +15,13 @@ import pytest
 import torch
 
 from engines.optim.sam_sps import SAMSPS
+from tests.engines.optim.harness import Tolerances, through_torch_save
+from tests.engines.optim.problem import DTYPES, X0, X_STAR, H, param
 
-DTYPES = [torch.float32, torch.float64]
 # f(x) = 1/2 sum h (x - x*)^2 + F_MIN on a 2x3 tensor: mu = 1, L = 10.
-H = torch.linspace(1.0, 10.0, 6, dtype=torch.float64).reshape(2, 3)
-X_STAR = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]], dtype=torch.float64)
 F_MIN = 0.7
-X0 = torch.tensor([[3.0, 1.0, -2.0], [4.0, -1.0, 2.0]], dtype=torch.float64)
-
-
-def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
-    rtol = tol(dtype)["rtol"]
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=tol(dtype)["atol"])
-
-
-def tol(dtype: torch.dtype) -> dict[str, float]:
-    return (
-        {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
-    )
+tol = Tolerances(float64=1e-12, float32_rtol=1e-5, float32_atol=1e-5)
+close = tol.close
 
 
 def quad(x: torch.Tensor, h: torch.Tensor = H) -> torch.Tensor:
@@ -47,10 +35,6 @@ def closure_for(x: torch.Tensor, h: torch.Tensor = H) -> Callable[[], torch.Tens
         return loss
 
     return closure
-
-
-def param(dtype: torch.dtype, value: torch.Tensor = X0) -> torch.Tensor:
-    return value.to(dtype).clone().requires_grad_(True)
 
 
 def hand_step(
@@ -208,12 +192,10 @@ def test_state_dict_round_trip_is_bitwise(dtype: torch.dtype) -> None:
     opt = SAMSPS([x], rho=0.05, f_star=F_MIN)
     for _ in range(4):
         opt.step(closure_for(x))
-    buffer = io.BytesIO()
-    torch.save(opt.state_dict(), buffer)
-    buffer.seek(0)
+    saved = through_torch_save(opt.state_dict())
     y = x.detach().clone().requires_grad_(True)
     fresh = SAMSPS([y])
-    fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    fresh.load_state_dict(saved)
     assert fresh.param_groups[0]["last_step_size"] == opt.param_groups[0]["last_step_size"]
     opt.step(closure_for(x))
     fresh.step(closure_for(y))

@@ -8,7 +8,6 @@ float64 with plain torch ops; tolerances cover rounding only: 1e-10 in float64, 
 from __future__ import annotations
 
 import copy
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -16,34 +15,11 @@ import pytest
 import torch
 
 from engines.optim.shampoo import Shampoo
+from tests.engines.optim.harness import Tolerances, step_with, through_torch_save
+from tests.engines.optim.problem import DTYPES, G1, G2, X0, X_STAR, H, param
 
-DTYPES = [torch.float32, torch.float64]
-X0 = torch.tensor([[3.0, 1.0, -2.0], [4.0, -1.0, 2.0]], dtype=torch.float64)
-G1 = torch.tensor([[0.5, -1.5, 2.0], [-0.25, 1.0, 3.0]], dtype=torch.float64)
-G2 = torch.tensor([[-1.0, 0.5, 0.25], [2.0, -0.75, 0.5]], dtype=torch.float64)
-# f(x) = 1/2 sum h (x - x*)^2 on a 2x3 tensor (kappa = 10), minimum 0 at X_STAR.
-H = torch.linspace(1.0, 10.0, 6, dtype=torch.float64).reshape(2, 3)
-X_STAR = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]], dtype=torch.float64)
-
-
-def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
-    rtol = tol(dtype)["rtol"]
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=tol(dtype)["atol"])
-
-
-def tol(dtype: torch.dtype) -> dict[str, float]:
-    return (
-        {"rtol": 1e-10, "atol": 1e-10} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-4}
-    )
-
-
-def param(dtype: torch.dtype, value: torch.Tensor = X0) -> torch.Tensor:
-    return value.to(dtype).clone().requires_grad_(True)
-
-
-def step_with(opt: Shampoo, x: torch.Tensor, grad: torch.Tensor) -> None:
-    x.grad = grad.to(x.dtype).clone()
-    opt.step()
+tol = Tolerances(float64=1e-10, float32_rtol=1e-4, float32_atol=1e-4)
+close = tol.close
 
 
 def inv_root(s: torch.Tensor, exponent: float, eps: float) -> torch.Tensor:
@@ -258,12 +234,10 @@ def test_state_dict_round_trip_is_bitwise(dtype: torch.dtype) -> None:
     x = param(dtype)
     opt = factory([x])
     run(opt, x, [G1, G2, G1 + G2, G1 - G2])
-    buffer = io.BytesIO()
-    torch.save(opt.state_dict(), buffer)
-    buffer.seek(0)
+    saved = through_torch_save(opt.state_dict())
     y = x.detach().clone().requires_grad_(True)
     fresh = factory([y])
-    fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    fresh.load_state_dict(saved)
     run(opt, x, [G2, G1])
     run(fresh, y, [G2, G1])
     assert torch.equal(x, y)
