@@ -1,0 +1,174 @@
+"""The methods of the clients and their handles, listed once for the sync and the async client.
+
+Each method is an operation of ``client._operations`` or ``client._loops``, bound by a
+descriptor: on a class of the sync client (a ``Blocking``) the method runs the operation and
+returns its result; on one of the async client (an ``Awaiting``) it returns a coroutine. The
+clients run the operations (``_run``), iterate over listings (``_list``) and wrap a new study
+or sampler in its handle (``_open``); on a class, a method is its operation, with its signature
+and docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from client import _loops
+from client import _operations as ops
+from client._operations import Op, Pages
+from client.models import SamplerPublic, StudyPublic
+
+if TYPE_CHECKING:
+    from client._async import AsyncSampler, AsyncStudy
+    from client._sync import Sampler, Study
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Coro = Coroutine[Any, Any, T]
+
+
+class Blocking:
+    """A class of the sync client: its methods return what their operations return."""
+
+
+class Awaiting:
+    """A class of the async client: its methods return coroutines."""
+
+
+class Method(Generic[P, T]):
+    """An operation as a method."""
+
+    def __init__(self, op: Callable[Concatenate[Any, P], Op[T]]) -> None:
+        self.op = op
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Op[T]]: ...
+    @overload
+    def __get__(self, obj: Blocking, owner: type) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, obj: Awaiting, owner: type) -> Callable[P, Coro[T]]: ...
+    def __get__(self, obj: Any, owner: type) -> Any:
+        return self.op if obj is None else _bound(self.op, obj, obj._run)
+
+
+class Listing(Generic[P, T]):
+    """A listing as a method: an iterator (``async for`` with the async client) that fetches
+    each page when it is due."""
+
+    def __init__(self, op: Callable[Concatenate[Any, P], Pages[T]]) -> None:
+        self.op = op
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Pages[T]]: ...
+    @overload
+    def __get__(self, obj: Blocking, owner: type) -> Callable[P, Iterator[T]]: ...
+    @overload
+    def __get__(self, obj: Awaiting, owner: type) -> Callable[P, AsyncIterator[T]]: ...
+    def __get__(self, obj: Any, owner: type) -> Any:
+        return self.op if obj is None else _bound(self.op, obj, obj._list)
+
+
+I = TypeVar("I", StudyPublic, SamplerPublic)  # noqa: E741 (the info a handle wraps)
+
+
+class Opening(Generic[P, I]):
+    """A client's method that returns a study's or a sampler's handle."""
+
+    def __init__(self, op: Callable[Concatenate[Any, P], Op[I]]) -> None:
+        self.op: Callable[Concatenate[Any, P], Op[I]] = op
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Op[I]]: ...
+    @overload
+    def __get__(
+        self: Opening[P, StudyPublic], obj: Blocking, owner: type
+    ) -> Callable[P, Study]: ...
+    @overload
+    def __get__(
+        self: Opening[P, SamplerPublic], obj: Blocking, owner: type
+    ) -> Callable[P, Sampler]: ...
+    @overload
+    def __get__(
+        self: Opening[P, StudyPublic], obj: Awaiting, owner: type
+    ) -> Callable[P, Coro[AsyncStudy]]: ...
+    @overload
+    def __get__(
+        self: Opening[P, SamplerPublic], obj: Awaiting, owner: type
+    ) -> Callable[P, Coro[AsyncSampler]]: ...
+    def __get__(self, obj: Any, owner: type) -> Any:
+        return self.op if obj is None else _bound(self.op, obj, obj._open)
+
+
+def _bound(op: Callable[..., Any], obj: Any, perform: Callable[[Any], Any]) -> Callable[..., Any]:
+    @functools.wraps(op)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        return perform(op(obj, *args, **kwargs))
+
+    return method
+
+
+class ClientMethods:
+    create_study = Opening(ops.create_study)
+    create_study_from = Opening(ops.create_study_from)
+    get_study = Opening(ops.get_study)
+    list_studies = Listing(ops.list_studies)
+    import_study = Opening(ops.import_study)
+    create_sampler = Opening(ops.create_sampler)
+    get_sampler = Opening(ops.get_sampler)
+
+
+class _Handle:
+    """A study or a sampler on the server, ``info`` its state when last fetched; its client
+    runs its methods."""
+
+    def __init__(self, client: Any, info: Any) -> None:
+        self.client, self.info, self.id = client, info, info.id
+
+    def _run(self, op: Op[Any]) -> Any:
+        return self.client._run(op)
+
+    def _list(self, pages: Pages[Any]) -> Any:
+        return self.client._list(pages)
+
+
+class StudyMethods(_Handle):
+    info: StudyPublic
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id}, name={self.info.name!r})"
+
+    refresh = Method(ops.refresh)
+    ask = Method(ops.ask)
+    ask_units = Method(ops.ask_units)
+    tell = Method(ops.tell)
+    fail = Method(ops.fail)
+    report = Method(ops.report)
+    heartbeat = Method(ops.heartbeat)
+    enqueue = Method(ops.enqueue)
+    trial = Method(ops.trial)
+    trials = Listing(ops.trials)
+    measurements = Method(ops.measurements)
+    best = Method(ops.best)
+    lineage = Method(ops.lineage)
+    best_schedule = Method(ops.best_schedule)
+    checkpoints = Method(ops.checkpoints)
+    export = Method(ops.export)
+    export_csv = Method(ops.export_csv)
+    update = Method(ops.update)
+    delete = Method(ops.delete)
+    optimize = Method(_loops.optimize)
+    train = Method(_loops.train)
+
+
+class SamplerMethods(_Handle):
+    info: SamplerPublic
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id}, iteration={self.info.iteration})"
+
+    refresh = Method(ops.refresh_sampler)
+    ask = Method(ops.ask_sampler)
+    tell = Method(ops.tell_sampler)
+    run = Method(ops.run_sampler)
+    delete = Method(ops.delete_sampler)
