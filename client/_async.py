@@ -15,10 +15,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from client._base import DEFAULT_BASE_URL, DEFAULT_RETRIES, DEFAULT_TIMEOUT, Call, retry_delay
+from client._base import Call, retry_delay
 from client._methods import Awaiting, ClientMethods, SamplerMethods, StudyMethods
 from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
-from client.errors import ClientClosed
 from client.models import SamplerPublic, StudyPublic
 
 T = TypeVar("T")
@@ -37,24 +36,10 @@ class AsyncSampler(SamplerMethods, Awaiting):
     client: AsyncClient
 
 
-class AsyncClient(ClientMethods, Awaiting):
+class AsyncClient(ClientMethods[httpx.AsyncClient, httpx.AsyncBaseTransport], Awaiting):
     """The async twin of ``Client``; use ``async with AsyncClient(url) as client``."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout, headers=headers, transport=transport
-        )
-        self.retries = retries
-        self._closed = False
+    _http_class = httpx.AsyncClient
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -68,11 +53,7 @@ class AsyncClient(ClientMethods, Awaiting):
 
     async def send(self, call: Call[T]) -> T:
         """Send ``call``, retrying transient failures, and decode the answer."""
-        if self._closed:
-            raise ClientClosed("this AsyncClient is closed; create a new one")
-        request = self._http.build_request(
-            call.method, call.path, json=call.json, params=call.params, headers=call.headers
-        )
+        request = self._prepare(call)
         for attempt in range(self.retries + 1):
             outcome: httpx.Response | httpx.TransportError
             try:

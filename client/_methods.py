@@ -14,9 +14,13 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+import httpx
+
 from client import _loops
 from client import _operations as ops
+from client._base import DEFAULT_BASE_URL, DEFAULT_RETRIES, DEFAULT_TIMEOUT, Call
 from client._operations import Op, Pages
+from client.errors import ClientClosed
 from client.models import SamplerPublic, StudyPublic
 
 if TYPE_CHECKING:
@@ -108,7 +112,39 @@ def _bound(op: Callable[..., Any], obj: Any, perform: Callable[[Any], Any]) -> C
     return method
 
 
-class ClientMethods:
+HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
+TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
+
+
+class ClientMethods(Generic[HttpT, TransportT]):
+    """A connection to an asktell server, ``_http`` (an ``_http_class``), with the methods that
+    create or fetch studies and samplers. ``transport`` replaces httpx's (tests use the app's)."""
+
+    _http_class: type[HttpT]
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        transport: TransportT | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        options: dict[str, Any] = {"timeout": timeout, "headers": headers, "transport": transport}
+        self._http = self._http_class(base_url=base_url, **options)
+        self.retries = retries
+        self._closed = False
+
+    def _prepare(self, call: Call[Any]) -> httpx.Request:
+        """The request that sends ``call``; refused once the client is closed."""
+        if self._closed:
+            raise ClientClosed(f"this {type(self).__name__} is closed; create a new one")
+        return self._http.build_request(
+            call.method, call.path, json=call.json, params=call.params, headers=call.headers
+        )
+
     create_study = Opening(ops.create_study)
     create_study_from = Opening(ops.create_study_from)
     get_study = Opening(ops.get_study)
@@ -118,12 +154,23 @@ class ClientMethods:
     get_sampler = Opening(ops.get_sampler)
 
 
-class _Handle:
+InfoT = TypeVar("InfoT", StudyPublic, SamplerPublic)
+
+
+class _Handle(Generic[InfoT]):
     """A study or a sampler on the server, ``info`` its state when last fetched; its client
     runs its methods."""
 
-    def __init__(self, client: Any, info: Any) -> None:
-        self.client, self.info, self.id = client, info, info.id
+    #: The field of ``info`` that ``repr`` shows.
+    _shown = "name"
+
+    def __init__(self, client: Any, info: InfoT) -> None:
+        self.client, self.id = client, info.id
+        self.info: InfoT = info
+
+    def __repr__(self) -> str:
+        shown = getattr(self.info, self._shown)
+        return f"{type(self).__name__}(id={self.id}, {self._shown}={shown!r})"
 
     def _run(self, op: Op[Any]) -> Any:
         return self.client._run(op)
@@ -132,12 +179,7 @@ class _Handle:
         return self.client._list(pages)
 
 
-class StudyMethods(_Handle):
-    info: StudyPublic
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(id={self.id}, name={self.info.name!r})"
-
+class StudyMethods(_Handle[StudyPublic]):
     refresh = Method(ops.refresh)
     ask = Method(ops.ask)
     ask_units = Method(ops.ask_units)
@@ -161,12 +203,8 @@ class StudyMethods(_Handle):
     train = Method(_loops.train)
 
 
-class SamplerMethods(_Handle):
-    info: SamplerPublic
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(id={self.id}, iteration={self.info.iteration})"
-
+class SamplerMethods(_Handle[SamplerPublic]):
+    _shown = "iteration"
     refresh = Method(ops.refresh_sampler)
     ask = Method(ops.ask_sampler)
     tell = Method(ops.tell_sampler)

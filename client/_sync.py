@@ -15,10 +15,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from client._base import DEFAULT_BASE_URL, DEFAULT_RETRIES, DEFAULT_TIMEOUT, Call, retry_delay
+from client._base import Call, retry_delay
 from client._methods import Blocking, ClientMethods, SamplerMethods, StudyMethods
 from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
-from client.errors import ClientClosed
 from client.models import SamplerPublic, StudyPublic
 
 T = TypeVar("T")
@@ -43,7 +42,7 @@ class Sampler(SamplerMethods, Blocking):
     client: Client
 
 
-class Client(ClientMethods, Blocking):
+class Client(ClientMethods[httpx.Client, httpx.BaseTransport], Blocking):
     """A connection to an asktell server.
 
     Connection errors, 429 and 503 are retried ``retries`` times with backoff; that is safe for
@@ -58,21 +57,7 @@ class Client(ClientMethods, Blocking):
             print(study.best().trials[0].params)
     """
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(
-            base_url=base_url, timeout=timeout, headers=headers, transport=transport
-        )
-        self.retries = retries
-        self._closed = False
+    _http_class = httpx.Client
 
     def __enter__(self) -> Client:
         return self
@@ -86,11 +71,7 @@ class Client(ClientMethods, Blocking):
 
     def send(self, call: Call[T]) -> T:
         """Send ``call``, retrying transient failures, and decode the answer."""
-        if self._closed:
-            raise ClientClosed("this Client is closed; create a new one")
-        request = self._http.build_request(
-            call.method, call.path, json=call.json, params=call.params, headers=call.headers
-        )
+        request = self._prepare(call)
         for attempt in range(self.retries + 1):
             outcome: httpx.Response | httpx.TransportError
             try:
