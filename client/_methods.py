@@ -11,7 +11,9 @@ and docstring.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from inspect import Signature
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import httpx
@@ -40,11 +42,35 @@ class Awaiting:
     """A class of the async client: its methods return coroutines."""
 
 
-class Method(Generic[P, T]):
+class _Binding:
+    """An operation bound as a method: the client's hook ``_perform`` performs what the
+    operation, called with the object and the method's arguments, returns."""
+
+    _perform = "_run"
+
+    def __init__(self, op: Callable[..., Any]) -> None:
+        self.op = op
+        # The method's signature: the operation's, without the object it is bound to.
+        signature = inspect.signature(op)
+        arguments = list(signature.parameters.values())[1:]
+        self.signature = signature.replace(parameters=arguments, return_annotation=Signature.empty)
+
+    def _bind(self, obj: Any) -> Callable[..., Any]:
+        op, perform = self.op, getattr(obj, self._perform)
+
+        @functools.wraps(op)
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return perform(op(obj, *args, **kwargs))
+
+        method.__signature__ = self.signature  # type: ignore[attr-defined]  # read by inspect
+        return method
+
+
+class Method(_Binding, Generic[P, T]):
     """An operation as a method."""
 
     def __init__(self, op: Callable[Concatenate[Any, P], Op[T]]) -> None:
-        self.op = op
+        super().__init__(op)
 
     @overload
     def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Op[T]]: ...
@@ -53,15 +79,17 @@ class Method(Generic[P, T]):
     @overload
     def __get__(self, obj: Awaiting, owner: type) -> Callable[P, Coro[T]]: ...
     def __get__(self, obj: Any, owner: type) -> Any:
-        return self.op if obj is None else _bound(self.op, obj, obj._run)
+        return self.op if obj is None else self._bind(obj)
 
 
-class Listing(Generic[P, T]):
+class Listing(_Binding, Generic[P, T]):
     """A listing as a method: an iterator (``async for`` with the async client) that fetches
     each page when it is due."""
 
+    _perform = "_list"
+
     def __init__(self, op: Callable[Concatenate[Any, P], Pages[T]]) -> None:
-        self.op = op
+        super().__init__(op)
 
     @overload
     def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Pages[T]]: ...
@@ -70,17 +98,19 @@ class Listing(Generic[P, T]):
     @overload
     def __get__(self, obj: Awaiting, owner: type) -> Callable[P, AsyncIterator[T]]: ...
     def __get__(self, obj: Any, owner: type) -> Any:
-        return self.op if obj is None else _bound(self.op, obj, obj._list)
+        return self.op if obj is None else self._bind(obj)
 
 
 I = TypeVar("I", StudyPublic, SamplerPublic)  # noqa: E741 (the info a handle wraps)
 
 
-class Opening(Generic[P, I]):
+class Opening(_Binding, Generic[P, I]):
     """A client's method that returns a study's or a sampler's handle."""
 
+    _perform = "_open"
+
     def __init__(self, op: Callable[Concatenate[Any, P], Op[I]]) -> None:
-        self.op: Callable[Concatenate[Any, P], Op[I]] = op
+        super().__init__(op)
 
     @overload
     def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Op[I]]: ...
@@ -101,15 +131,7 @@ class Opening(Generic[P, I]):
         self: Opening[P, SamplerPublic], obj: Awaiting, owner: type
     ) -> Callable[P, Coro[AsyncSampler]]: ...
     def __get__(self, obj: Any, owner: type) -> Any:
-        return self.op if obj is None else _bound(self.op, obj, obj._open)
-
-
-def _bound(op: Callable[..., Any], obj: Any, perform: Callable[[Any], Any]) -> Callable[..., Any]:
-    @functools.wraps(op)
-    def method(*args: Any, **kwargs: Any) -> Any:
-        return perform(op(obj, *args, **kwargs))
-
-    return method
+        return self.op if obj is None else self._bind(obj)
 
 
 HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)

@@ -3,9 +3,9 @@
 An operation is a generator: it yields the steps it needs (a ``Call`` to send, a ``Sleep``, an
 ``Evaluate`` of the user's function, ``Parallel`` operations), receives each step's outcome (or
 has the step's error raised where it yielded), and returns the method's result.
-``client._sync`` and ``client._async`` perform the steps (send or await, threads or tasks) and
-bind each operation as the method of the same name; an operation's first argument is the handle
-(``Client``, ``Study``, ``Sampler`` or their async twins) the method is bound to.
+``client._methods`` binds each operation as a method; an operation's first argument is the
+object (``Client``, ``Study``, ``Sampler`` or their async twins) the method is bound to.
+``client._sync`` and ``client._async`` perform the steps: send or await, threads or tasks.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
+
+import httpx
 
 from client._base import Call, body, decoder, no_content, text
 from client.models import (
@@ -64,7 +66,7 @@ class Lease:
 
     @property
     def interval(self) -> float:
-        # Three heartbeats a lease: one lost or late answer does not let the lease expire.
+        # Three heartbeats a lease, so that one late or lost answer does not let it expire.
         return self.seconds / 3
 
     def heartbeat(self) -> Call[TrialPublic]:
@@ -120,6 +122,18 @@ class SamplerHandle(Protocol):
     info: SamplerPublic
 
 
+def _listing(
+    path: str, decode: Callable[[httpx.Response], Page[T]], params: dict[str, Any]
+) -> Pages[T]:
+    """The pages of ``GET path?params``, each asked for with the cursor the previous gave."""
+
+    def call(cursor: str | None) -> Call[Page[T]]:
+        query = params if cursor is None else {**params, "cursor": cursor}
+        return Call("GET", path, decode, params=query)
+
+    return Pages(call)
+
+
 _study = decoder(StudyPublic)
 _trial = decoder(TrialPublic)
 _sampler = decoder(SamplerPublic)
@@ -161,11 +175,7 @@ def get_study(client: object, study_id: int) -> Op[StudyPublic]:
 
 
 def list_studies(client: object, page_size: int = 100) -> Pages[StudyPublic]:
-    def call(cursor: str | None) -> Call[StudiesPage]:
-        params = {"limit": page_size, **({"cursor": cursor} if cursor is not None else {})}
-        return Call("GET", "/v1/studies", decoder(StudiesPage), params=params)
-
-    return Pages(call)
+    return _listing("/v1/studies", decoder(StudiesPage), {"limit": page_size})
 
 
 def import_study(
@@ -300,16 +310,8 @@ def trial(study: StudyHandle, number: int) -> Op[TrialPublic]:
 def trials(
     study: StudyHandle, states: list[str] | None = None, page_size: int = 500
 ) -> Pages[TrialPublic]:
-    def call(cursor: str | None) -> Call[TrialsPage]:
-        params: dict[str, Any] = {"limit": page_size}
-        if states:
-            params["state"] = states
-        if cursor is not None:
-            params["cursor"] = cursor
-        path = f"/v1/studies/{study.id}/trials"
-        return Call("GET", path, decoder(TrialsPage), params=params)
-
-    return Pages(call)
+    params: dict[str, Any] = {"limit": page_size, **({"state": states} if states else {})}
+    return _listing(f"/v1/studies/{study.id}/trials", decoder(TrialsPage), params)
 
 
 def measurements(study: StudyHandle, number: int) -> Op[list[MeasurementPublic]]:
