@@ -113,8 +113,6 @@ class Opening(_Binding, Generic[P, I]):
         super().__init__(op)
 
     @overload
-    def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Op[I]]: ...
-    @overload
     def __get__(
         self: Opening[P, StudyPublic], obj: Blocking, owner: type
     ) -> Callable[P, Study]: ...
@@ -130,6 +128,8 @@ class Opening(_Binding, Generic[P, I]):
     def __get__(
         self: Opening[P, SamplerPublic], obj: Awaiting, owner: type
     ) -> Callable[P, Coro[AsyncSampler]]: ...
+    @overload
+    def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], Op[I]]: ...
     def __get__(self, obj: Any, owner: type) -> Any:
         return self.op if obj is None else self._bind(obj)
 
