@@ -67,7 +67,7 @@ class AsyncClient(ClientMethods[httpx.AsyncClient, httpx.AsyncBaseTransport], Aw
         return call.answer(outcome)
 
     async def _run(self, op: Op[T]) -> T:
-        """Perform the steps of the operation ``op`` until it returns what it returns."""
+        """Perform the steps of the operation ``op`` and return its result."""
         try:
             step = advance(op)
             while not isinstance(step, Done):

@@ -43,8 +43,8 @@ class Awaiting:
 
 
 class _Binding:
-    """An operation bound as a method: the client's hook ``_perform`` performs what the
-    operation, called with the object and the method's arguments, returns."""
+    """An operation bound as a method: the operation is called with the object and the
+    method's arguments, and what it returns goes to the object's hook named ``_perform``."""
 
     _perform = "_run"
 
@@ -202,6 +202,8 @@ class _Handle(Generic[InfoT]):
 
 
 class StudyMethods(_Handle[StudyPublic]):
+    """The methods of ``Study`` and ``AsyncStudy``."""
+
     refresh = Method(ops.refresh)
     ask = Method(ops.ask)
     ask_units = Method(ops.ask_units)
@@ -226,6 +228,8 @@ class StudyMethods(_Handle[StudyPublic]):
 
 
 class SamplerMethods(_Handle[SamplerPublic]):
+    """The methods of ``Sampler`` and ``AsyncSampler``."""
+
     _shown = "iteration"
     refresh = Method(ops.refresh_sampler)
     ask = Method(ops.ask_sampler)

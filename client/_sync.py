@@ -85,7 +85,7 @@ class Client(ClientMethods[httpx.Client, httpx.BaseTransport], Blocking):
         return call.answer(outcome)
 
     def _run(self, op: Op[T]) -> T:
-        """Perform the steps of the operation ``op`` until it returns what it returns."""
+        """Perform the steps of the operation ``op`` and return its result."""
         step = advance(op)
         while not isinstance(step, Done):
             try:
