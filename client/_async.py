@@ -1,73 +1,45 @@
-"""The asynchronous client: ``AsyncClient`` and its ``AsyncStudy`` handle, mirroring the sync
-client method for method."""
+"""The asynchronous client: ``AsyncClient`` and its ``AsyncStudy`` and ``AsyncSampler`` handles,
+with the methods of the sync client as coroutines.
+
+The methods are listed once in ``client._methods``; ``AsyncClient`` performs the steps of their
+operations: calls and sleeps are awaited, ``Parallel`` operations run as tasks, a plain user
+function runs in a thread, and a task sends heartbeats while it works on a trial.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import httpx
 
-from client import _calls
-from client._base import (
-    DEFAULT_BASE_URL,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    Budget,
-    Call,
-    raise_for_problem,
-    retry_delay,
-    should_retry,
-    split_results,
-    worker_name,
-)
-from client._sync import Result
-from client.errors import ClientClosed, TransportError
-from client.models import (
-    AskRequest,
-    AskResponse,
-    BestPublic,
-    CheckpointsPublic,
-    HeartbeatRequest,
-    Lineage,
-    MeasurementPublic,
-    ReportRequest,
-    SamplerAsk,
-    SamplerPublic,
-    SamplerStep,
-    StudyCreate,
-    StudyExport,
-    StudyPublic,
-    StudyState,
-    StudyUpdate,
-    TellRequest,
-    TrialCreate,
-    TrialPublic,
-)
+from client._base import Call, retry_delay
+from client._methods import Awaiting, ClientMethods, SamplerMethods, StudyMethods
+from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
+from client.models import SamplerPublic, StudyPublic
 
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncStudy(StudyMethods, Awaiting):
+    """As ``client.Study``, with coroutines; ``optimize`` and ``train`` also take coroutine
+    functions."""
+
+    client: AsyncClient
+
+
+class AsyncSampler(SamplerMethods, Awaiting):
+    """As ``client.Sampler``, with coroutines; ``scores`` in ``run`` may be async."""
+
+    client: AsyncClient
+
+
+class AsyncClient(ClientMethods[httpx.AsyncClient, httpx.AsyncBaseTransport], Awaiting):
     """The async twin of ``Client``; use ``async with AsyncClient(url) as client``."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout, headers=headers, transport=transport
-        )
-        self.retries = retries
-        self._closed = False
+    _http_class = httpx.AsyncClient
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -80,306 +52,85 @@ class AsyncClient:
         await self._http.aclose()
 
     async def send(self, call: Call[T]) -> T:
-        if self._closed:
-            raise ClientClosed("this AsyncClient is closed; create a new one")
+        """Send ``call``, retrying transient failures, and decode the answer."""
+        request = self._prepare(call)
         for attempt in range(self.retries + 1):
+            outcome: httpx.Response | httpx.TransportError
             try:
-                response = await self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
-                )
+                outcome = await self._http.send(request)
             except httpx.TransportError as exc:
-                if attempt == self.retries:
-                    raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-                await asyncio.sleep(retry_delay(attempt, None))
-                continue
-            if should_retry(response) and attempt < self.retries:
-                await asyncio.sleep(retry_delay(attempt, response))
-                continue
-            raise_for_problem(response)
-            return call.decode(response)
-        raise AssertionError("unreachable")
+                outcome = exc
+            delay = retry_delay(attempt, self.retries, outcome)
+            if delay is None:
+                break
+            await asyncio.sleep(delay)
+        return call.answer(outcome)
 
-    async def create_study(
-        self,
-        name: str,
-        parameters: list[Any],
-        objectives: list[Any] | None = None,
-        constraints: list[Any] | None = None,
-        engine: str | dict[str, Any] = "random",
-        **fields: Any,
-    ) -> AsyncStudy:
-        spec = _calls.study_create(name, parameters, objectives, constraints, engine, fields)
-        return await self.create_study_from(spec)
-
-    async def create_study_from(self, spec: StudyCreate) -> AsyncStudy:
-        return AsyncStudy(self, await self.send(_calls.create_study(spec)))
-
-    async def get_study(self, study_id: int) -> AsyncStudy:
-        return AsyncStudy(self, await self.send(_calls.get_study(study_id)))
-
-    async def list_studies(self, page_size: int = 100) -> AsyncIterator[StudyPublic]:
-        cursor: str | None = None
-        while True:
-            page = await self.send(_calls.list_studies(cursor, page_size))
-            for study in page.data:
-                yield study
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    async def import_study(
-        self, export: StudyExport | dict[str, Any], name: str | None = None
-    ) -> AsyncStudy:
-        export = StudyExport.model_validate(export)
-        return AsyncStudy(self, await self.send(_calls.import_study(export, name)))
-
-    # --- samplers ---
-
-    async def create_sampler(self, dim: int, n_targets: int, **fields: Any) -> AsyncSampler:
-        """As ``Client.create_sampler``."""
-        return AsyncSampler(self, await self.send(_calls.create_sampler(dim, n_targets, fields)))
-
-    async def get_sampler(self, sampler_id: int) -> AsyncSampler:
-        return AsyncSampler(self, await self.send(_calls.get_sampler(sampler_id)))
-
-
-class AsyncStudy:
-    def __init__(self, client: AsyncClient, info: StudyPublic) -> None:
-        self.client, self.info, self.id = client, info, info.id
-
-    def __repr__(self) -> str:
-        return f"AsyncStudy(id={self.id}, name={self.info.name!r})"
-
-    async def refresh(self) -> StudyPublic:
-        self.info = await self.client.send(_calls.get_study(self.id))
-        return self.info
-
-    async def ask(
-        self, count: int = 1, worker_id: str | None = None, lease_seconds: float | None = None
-    ) -> list[TrialPublic]:
-        req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
-        return (await self.client.send(_calls.ask(self.id, req))).trials
-
-    async def ask_units(
-        self, count: int = 1, worker_id: str | None = None, lease_seconds: float | None = None
-    ) -> AskResponse:
-        """Ask a scheduler study (``pbt``, ``ipbt``) for training units: the whole answer, with
-        ``retry_after`` while a generation is still training and ``finished`` at the end."""
-        req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
-        return await self.client.send(_calls.ask(self.id, req))
-
-    async def tell(
-        self,
-        number: int,
-        values: Mapping[str, float] | float | None = None,
-        constraints: Mapping[str, float] | None = None,
-        metadata: dict[str, Any] | None = None,
-        checkpoint: str | None = None,
-    ) -> TrialPublic:
-        """Tell a trial's results; ``checkpoint`` is the reference of the checkpoint saved at its
-        end (required for a scheduler's unit unless a report gave it)."""
-        if values is None or isinstance(values, Mapping):
-            by_name = dict(values or {})
-        else:  # a number (numpy scalars included) for a single-objective study
-            by_name = {self.info.objectives[0].name: float(values)}
-        req = TellRequest(
-            values=by_name,
-            constraints=dict(constraints or {}),
-            metadata=metadata,
-            checkpoint=checkpoint,
-        )
-        return await self.client.send(_calls.tell(self.id, number, req))
-
-    async def fail(
-        self, number: int, reason: str | None = None, infeasible: bool = False
-    ) -> TrialPublic:
-        req = TellRequest(state="infeasible" if infeasible else "failed", reason=reason)
-        return await self.client.send(_calls.tell(self.id, number, req))
-
-    async def report(
-        self, number: int, step: int, values: Mapping[str, float], checkpoint: str | None = None
-    ) -> MeasurementPublic:
-        req = ReportRequest(step=step, values=dict(values), checkpoint=checkpoint)
-        return await self.client.send(_calls.report(self.id, number, req))
-
-    async def heartbeat(
-        self, number: int, lease_seconds: float | None = None, worker_id: str | None = None
-    ) -> TrialPublic:
-        req = HeartbeatRequest(lease_seconds=lease_seconds, worker_id=worker_id)
-        return await self.client.send(_calls.heartbeat(self.id, number, req))
-
-    async def enqueue(
-        self,
-        params: Mapping[str, Any],
-        values: Mapping[str, float] | None = None,
-        constraints: Mapping[str, float] | None = None,
-    ) -> TrialPublic:
-        req = TrialCreate(
-            params=dict(params),
-            values=dict(values) if values is not None else None,
-            constraints=dict(constraints or {}),
-        )
-        return await self.client.send(_calls.enqueue(self.id, req))
-
-    async def trial(self, number: int) -> TrialPublic:
-        return await self.client.send(_calls.get_trial(self.id, number))
-
-    async def trials(
-        self, states: list[str] | None = None, page_size: int = 500
-    ) -> AsyncIterator[TrialPublic]:
-        cursor: str | None = None
-        while True:
-            page = await self.client.send(_calls.list_trials(self.id, states, cursor, page_size))
-            for trial in page.data:
-                yield trial
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    async def measurements(self, number: int) -> list[MeasurementPublic]:
-        return await self.client.send(_calls.measurements(self.id, number))
-
-    async def best(self) -> BestPublic:
-        return await self.client.send(_calls.best(self.id))
-
-    async def lineage(self, number: int) -> Lineage:
-        """The units whose checkpoints led to unit ``number`` (scheduler studies)."""
-        return await self.client.send(_calls.lineage(self.id, number))
-
-    async def best_schedule(self) -> Lineage:
-        """The lineage of the best unit: the best member's hyperparameter schedule."""
-        return await self.client.send(_calls.best_schedule(self.id))
-
-    async def checkpoints(self) -> CheckpointsPublic:
-        """Which checkpoints are still needed (``pinned``) and which may be deleted."""
-        return await self.client.send(_calls.checkpoints(self.id))
-
-    async def export(self) -> StudyExport:
-        return await self.client.send(_calls.export_json(self.id))
-
-    async def export_csv(self) -> str:
-        return await self.client.send(_calls.export_csv(self.id))
-
-    async def update(
-        self, state: StudyState | None = None, metadata: dict[str, Any] | None = None
-    ) -> StudyPublic:
-        change = StudyUpdate.model_validate(
-            {k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None}
-        )
-        self.info = await self.client.send(_calls.update_study(self.id, change))
-        return self.info
-
-    async def delete(self) -> None:
-        await self.client.send(_calls.delete_study(self.id))
-
-    async def optimize(
-        self,
-        fn: Callable[[dict[str, Any]], Result | Awaitable[Result]],
-        n_trials: int,
-        n_workers: int = 1,
-        *,
-        catch: tuple[type[BaseException], ...] = (),
-        progress: bool = True,
-        lease_seconds: float | None = None,
-    ) -> None:
-        """As ``Study.optimize``, with ``n_workers`` tasks; ``fn`` may be sync or async."""
-        objectives = [o.name for o in self.info.objectives]
-        constraints = [c.name for c in self.info.constraints]
-        lease = lease_seconds or self.info.lease_seconds
-        budget = Budget(n_trials, progress)
-
-        async def beat(number: int, worker_id: str) -> None:
-            while True:
-                await asyncio.sleep(lease / 3)
-                try:
-                    await self.heartbeat(number, lease, worker_id=worker_id)
-                except Exception:
-                    return  # the trial finished or the server is away; the tell decides
-
-        async def evaluate(params: dict[str, Any]) -> Result:
-            if inspect.iscoroutinefunction(fn):
-                return await fn(params)
-            # A plain function runs in a thread, so heartbeats keep flowing meanwhile.
-            result = await asyncio.to_thread(fn, params)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-
-        async def run_one(worker_id: str) -> None:
-            trials = await self.ask(1, worker_id=worker_id, lease_seconds=lease)
-            if not trials:  # a scheduler waiting for its generation: come back later
-                budget.release()
-                await asyncio.sleep(1.0)
-                return
-            (trial,) = trials
-            beating = asyncio.create_task(beat(trial.number, worker_id))
-            try:
-                result = await evaluate(dict(trial.params))
-            except Exception as exc:
-                await self.fail(trial.number, reason=repr(exc))
-                budget.done(ok=False)
-                if not isinstance(exc, catch):
-                    raise
-                return
-            finally:
-                beating.cancel()
-            values, cons, problem = split_results(result, objectives, constraints)
-            if problem is not None:
-                await self.fail(trial.number, reason=problem)
-                budget.done(ok=False)
-                return
-            await self.tell(trial.number, values, cons)
-            budget.done(ok=True)
-
-        async def worker(index: int) -> None:
-            worker_id = worker_name(index)
-            while budget.take():
-                await run_one(worker_id)
-
-        tasks = [asyncio.create_task(worker(i)) for i in range(n_workers)]
+    async def _run(self, op: Op[T]) -> T:
+        """Perform the steps of the operation ``op`` and return its result."""
         try:
-            _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in pending:  # one worker failed: stop the others before raising
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            step = advance(op)
+            while not isinstance(step, Done):
+                try:
+                    outcome, error = await self._perform(step), None
+                except Exception as exc:  # raised where ``op`` yielded: it handles it or not
+                    outcome, error = None, exc
+                step = advance(op, outcome, error)
+            return step.value
         finally:
-            budget.finish()
+            op.close()  # a cancelled task leaves ``op`` waiting: end it here
+
+    async def _list(self, pages: Pages[T]) -> AsyncIterator[T]:
+        page = await self.send(pages.call(None))
+        for item in page.data:
+            yield item
+        while page.next_cursor is not None:
+            page = await self.send(pages.call(page.next_cursor))
+            for item in page.data:
+                yield item
+
+    async def _open(self, op: Op[StudyPublic | SamplerPublic]) -> AsyncStudy | AsyncSampler:
+        info = await self._run(op)
+        if isinstance(info, StudyPublic):
+            return AsyncStudy(self, info)
+        return AsyncSampler(self, info)
+
+    async def _perform(self, step: Step) -> Any:
+        if isinstance(step, Call):
+            return await self.send(step)
+        if isinstance(step, Sleep):
+            return await asyncio.sleep(step.seconds)
+        if isinstance(step, Evaluate):
+            return await self._evaluate(step)
+        return await self._parallel(step.ops)
+
+    async def _evaluate(self, step: Evaluate) -> Any:
+        beating = asyncio.create_task(self._beat(step.lease)) if step.lease else None
+        try:
+            if step.lease is None or inspect.iscoroutinefunction(step.fn):
+                result = step.fn(step.arg)
+            else:  # a plain function runs in a thread, so that heartbeats keep flowing meanwhile
+                result = await asyncio.to_thread(step.fn, step.arg)
+            return await result if inspect.isawaitable(result) else result
+        finally:
+            if beating is not None:
+                beating.cancel()
+
+    async def _beat(self, lease: Lease) -> None:
+        while True:
+            await asyncio.sleep(lease.interval)
+            try:
+                await self.send(lease.heartbeat())
+            except Exception:
+                return  # the trial finished or the server is away; the tell decides
+
+    async def _parallel(self, ops: list[Op[None]]) -> None:
+        tasks = [asyncio.create_task(self._run(op)) for op in ops]
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in pending:  # one failed: stop the others before raising
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         for task in tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
-
-
-class AsyncSampler:
-    """As ``client.Sampler``, with coroutines; ``scores`` in ``run`` may be async."""
-
-    def __init__(self, client: AsyncClient, info: SamplerPublic) -> None:
-        self.client, self.info, self.id = client, info, info.id
-
-    def __repr__(self) -> str:
-        return f"AsyncSampler(id={self.id}, iteration={self.info.iteration})"
-
-    async def refresh(self) -> SamplerPublic:
-        self.info = await self.client.send(_calls.get_sampler(self.id))
-        return self.info
-
-    async def ask(self) -> SamplerAsk:
-        return await self.client.send(_calls.ask_sampler(self.id))
-
-    async def tell(self, iteration: int, grad_log_prob: Any, log_prob: Any = None) -> SamplerStep:
-        call = _calls.tell_sampler(self.id, iteration, grad_log_prob, log_prob)
-        return await self.client.send(call)
-
-    async def run(
-        self, scores: Callable[[list[list[float]]], Any], iterations: int
-    ) -> SamplerPublic:
-        for _ in range(iterations):
-            asked = await self.ask()
-            answer = scores(asked.X)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            grads, log_prob = answer if isinstance(answer, tuple) else (answer, None)
-            await self.tell(asked.iteration, grads, log_prob)
-        return await self.refresh()
-
-    async def delete(self) -> None:
-        await self.client.send(_calls.delete_sampler(self.id))
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                raise error

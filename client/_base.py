@@ -1,4 +1,5 @@
-"""What the sync and async clients share, without I/O: requests, retries, decoding."""
+"""What the sync and async clients share, without I/O: a call and its decoding, the retry
+policy, an objective's result split into values, and the budget of ``optimize``."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from client.errors import error_for
+from client.errors import TransportError, error_for
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = 30.0
@@ -25,8 +26,8 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
 @dataclass
-class Call(Generic[T]):
-    """One API call: built once, sent (and retried) by a client, decoded into ``T``.
+class Call(Generic[T_co]):
+    """One API call: built once, sent (and retried) by a client, decoded into ``T_co``.
 
     POSTs carry an ``Idempotency-Key`` made when the call is built, so a retry after a lost
     answer returns the stored response instead of acting twice.
@@ -34,7 +35,7 @@ class Call(Generic[T]):
 
     method: str
     path: str
-    decode: Callable[[httpx.Response], T]
+    decode: Callable[[httpx.Response], T_co]
     json: Any = None
     params: Mapping[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -42,6 +43,13 @@ class Call(Generic[T]):
     def __post_init__(self) -> None:
         if self.method == "POST":
             self.headers.setdefault("Idempotency-Key", uuid.uuid4().hex)
+
+    def answer(self, outcome: httpx.Response | httpx.TransportError) -> T_co:
+        """The result of the last attempt: decoded, or raised as the client's error."""
+        if isinstance(outcome, httpx.TransportError):
+            raise TransportError(f"{self.method} {self.path}: {outcome!r}") from outcome
+        raise_for_problem(outcome)
+        return self.decode(outcome)
 
 
 def body(model: BaseModel) -> Any:
@@ -73,21 +81,30 @@ def raise_for_problem(response: httpx.Response) -> None:
     raise error_for(response.status_code, payload)
 
 
-def retry_delay(attempt: int, response: httpx.Response | None) -> float:
-    """Seconds to wait before retry ``attempt`` (0-based): Retry-After when the server sent
-    one, otherwise exponential backoff with full jitter, capped at 10 s."""
-    if response is not None:
-        after = response.headers.get("Retry-After")
-        if after is not None:
-            try:
-                return min(float(after), 60.0)
-            except ValueError:
-                pass
+def retry_delay(
+    attempt: int, retries: int, outcome: httpx.Response | httpx.TransportError
+) -> float | None:
+    """Seconds to wait before sending again after attempt ``attempt`` (0-based) of ``retries + 1``
+    ended with ``outcome``, or ``None`` to stop there. Connection errors and RETRY_STATUSES are
+    retried: after Retry-After when the server sent one, otherwise after exponential backoff with
+    full jitter, capped at 10 s."""
+    if attempt >= retries:
+        return None
+    if isinstance(outcome, httpx.TransportError):
+        return _backoff(attempt)
+    if outcome.status_code not in RETRY_STATUSES:
+        return None
+    after = outcome.headers.get("Retry-After")
+    if after is not None:
+        try:
+            return min(float(after), 60.0)
+        except ValueError:
+            pass
+    return _backoff(attempt)
+
+
+def _backoff(attempt: int) -> float:
     return random.uniform(0, min(10.0, 0.1 * 2**attempt))
-
-
-def should_retry(response: httpx.Response) -> bool:
-    return response.status_code in RETRY_STATUSES
 
 
 def split_results(

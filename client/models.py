@@ -2,62 +2,43 @@
 
 Naming follows one scheme: ``...Create`` and ``...Request`` are bodies a client sends (extra
 fields are rejected), ``...Public`` is what the server returns, ``...Page`` is a page of a list
-with ``next_cursor``.
+with ``next_cursor``. The sampler's models live in ``client.sampler_models`` and the building
+blocks in ``client._wire``; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-CategoryValue = str | bool | int | float
-ParamValue = CategoryValue
-StudyState = Literal["active", "paused", "completed"]
-TrialState = Literal["waiting", "running", "stale", "completed", "failed", "infeasible"]
-#: Trial states that end a trial; a finished trial cannot be told again.
-FINISHED_STATES: tuple[TrialState, ...] = ("completed", "failed", "infeasible")
-
-Name = Annotated[str, Field(min_length=1, max_length=256)]
-#: Bounded like the database columns that store them (PostgreSQL integer and bigint).
-Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
-Int64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
-
-
-def _finite_json(value: Any) -> Any:
-    """Reject NaN and infinities anywhere in free-form JSON (metadata, options): JSON has no
-    such numbers and PostgreSQL refuses to store them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("NaN and infinite numbers are not valid JSON")
-    if isinstance(value, dict):
-        for item in value.values():
-            _finite_json(item)
-    elif isinstance(value, list):
-        for item in value:
-            _finite_json(item)
-    return value
-
-
-JsonDict = Annotated[dict[str, Any], AfterValidator(_finite_json)]
-
-
-class _Request(BaseModel):
-    # NaN and infinities are refused in configs; bodies that carry results accept them so
-    # that the server can answer with its own message (tell the trial as failed).
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class _Results(_Request):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
-
+from client._wire import FINISHED_STATES as FINISHED_STATES
+from client._wire import CategoryValue as CategoryValue
+from client._wire import Int32 as Int32
+from client._wire import Int64 as Int64
+from client._wire import JsonDict as JsonDict
+from client._wire import Name as Name
+from client._wire import ParamValue as ParamValue
+from client._wire import StudyState as StudyState
+from client._wire import TrialState as TrialState
+from client._wire import _Request, _Results
+from client.sampler_models import GaussianInit as GaussianInit
+from client.sampler_models import PointsInit as PointsInit
+from client.sampler_models import SamplerAsk as SamplerAsk
+from client.sampler_models import SamplerCreate as SamplerCreate
+from client.sampler_models import SamplerPublic as SamplerPublic
+from client.sampler_models import SamplerStep as SamplerStep
+from client.sampler_models import SamplerTell as SamplerTell
 
 # --- search space -------------------------------------------------------------------------
 
 
 class FloatParameter(_Request):
+    """A real number in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``),
+    ``step`` (not with ``log``) restricts it to the grid ``low + k * step``."""
+
     type: Literal["float"] = "float"
     name: str
     low: float
@@ -67,6 +48,8 @@ class FloatParameter(_Request):
 
 
 class IntParameter(_Request):
+    """An integer in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``)."""
+
     type: Literal["int"] = "int"
     name: str
     low: int
@@ -201,7 +184,9 @@ class TrialPublic(BaseModel):
     params: dict[str, ParamValue]
     values: dict[str, float] | None = None
     constraints: dict[str, float] | None = None
-    feasible: bool | None = None
+    feasible: bool | None = Field(
+        default=None, description="Whether a completed trial meets every constraint."
+    )
     reason: str | None = None
     worker_id: str | None = None
     lease_expires_at: datetime | None = None
@@ -469,102 +454,3 @@ class ProblemDetail(BaseModel):
     status: int
     detail: str
     code: str
-
-
-# --- samplers (multi-target particle sampling, A-MWGraD) ----------------------------------
-
-
-class GaussianInit(_Request):
-    """Particles drawn from ``N(loc, scale^2 I)`` with the sampler's seed."""
-
-    kind: Literal["gaussian"] = "gaussian"
-    loc: float | list[float] = 0.0
-    scale: float = Field(default=1.0, gt=0)
-
-
-class PointsInit(_Request):
-    """Particles at the given positions, ``n_particles x dim``."""
-
-    kind: Literal["points"] = "points"
-    X: list[list[float]]
-
-
-class SamplerCreate(_Request):
-    """A multi-target sampler: ``n_particles`` particles in ``R^dim`` that move so that their
-    distribution approaches ``n_targets`` target densities ``pi_k`` at once (the min-norm
-    compromise of the KL divergences to each), by A-MWGraD or MWGraD
-    (``engines.wasserstein_particles``).
-
-    ``eta`` is the step size; ``schedule`` the momentum of A-MWGraD (``convex``:
-    ``(n - 1) / (n + 2)``; ``strongly_convex``: from ``beta``); ``restart`` resets the momentum
-    when it points uphill; ``bandwidth`` ``median`` recomputes the RBF kernel's bandwidth by the
-    median heuristic at every step; ``weighting`` one weight vector for all particles (the
-    papers) or one per particle; ``bounds`` keeps every coordinate in ``[low, high]`` (a
-    particle that leaves is put back on the bound, at rest).
-    """
-
-    name: Annotated[str, Field(max_length=256)] | None = None
-    algorithm: Literal["a-mwgrad", "mwgrad"] = "a-mwgrad"
-    n_particles: int = Field(default=50, ge=2, le=4096)
-    dim: int = Field(ge=1, le=10_000)
-    n_targets: int = Field(ge=1, le=64)
-    kernel: Literal["svgd", "blob"] = "svgd"
-    bandwidth: Literal["median"] | Annotated[float, Field(gt=0)] = "median"
-    eta: float = Field(default=0.01, gt=0, le=100)
-    schedule: Literal["convex", "strongly_convex"] = "convex"
-    beta: float = Field(default=1.0, gt=0)
-    restart: bool = True
-    weighting: Literal["shared", "per_particle"] = "shared"
-    init: Annotated[GaussianInit | PointsInit, Field(discriminator="kind")] = Field(
-        default_factory=GaussianInit
-    )
-    bounds: tuple[float, float] | None = None
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
-    metadata: JsonDict = Field(default_factory=dict)
-
-
-class SamplerAsk(BaseModel):
-    """Where to evaluate the targets' scores: ``X`` is ``n_particles x dim``."""
-
-    iteration: int
-    X: list[list[float]]
-
-
-class SamplerTell(_Results):
-    """The scores ``grad log pi_k`` at the asked positions, ``n_targets x n_particles x dim``,
-    for ``iteration`` (the one asked; a tell for another is a 409). ``log_prob`` (``n_targets x
-    n_particles``, optional) adds the mean negative log-density per target to the history."""
-
-    iteration: int = Field(ge=0)
-    grad_log_prob: list[list[list[float]]]
-    log_prob: list[list[float]] | None = None
-
-
-class SamplerStep(BaseModel):
-    """What one tell did: the new iteration, the weights of the targets (per particle with
-    ``per_particle`` weighting), ``grad_norm`` (``(1/m) sum_i |sum_k w_k Delta_k(x_i)|^2``),
-    the bandwidth used and whether the momentum restarted."""
-
-    iteration: int
-    weights: list[float] | list[list[float]]
-    grad_norm: float
-    bandwidth: float
-    restarted: bool
-
-
-class SamplerPublic(SamplerCreate):
-    """A sampler: its configuration, the particles now, and one entry per step so far."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    id: int
-    iteration: int
-    X: list[list[float]]
-    weights: list[float] | list[list[float]] | None
-    grad_norm_history: list[float]
-    #: Per step, the mean of ``-log pi_k`` over the particles, per target; ``None`` for the steps
-    #: told without ``log_prob``.
-    mean_nll_history: list[list[float] | None]
-    restarts: int
-    created_at: datetime
-    updated_at: datetime

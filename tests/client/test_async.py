@@ -8,6 +8,7 @@ import pytest
 from client import AsyncClient, ClientClosed, Conflict, InvalidRequest, NotFound, TransportError
 from service.app import create_app
 from service.settings import Settings
+from tests.client.units import LR, PBT_STUDY, CurveTrainer
 from tests.conftest import FLOAT_X, FLOAT_Y
 
 
@@ -125,5 +126,39 @@ def test_a_server_error_stops_optimize_and_is_raised(sqlite_url):
         await study.update(state="paused")
         with pytest.raises(Conflict):
             await study.optimize(lambda p: 1.0, n_trials=5, n_workers=2, progress=False)
+
+    run(body, sqlite_url)
+
+
+def test_train_works_a_scheduler_study_until_it_is_finished(sqlite_url):
+    async def body(client):
+        study = await client.create_study("pbt", [LR], **PBT_STUDY)
+        trainer = CurveTrainer()
+
+        async def fn(trial):
+            await asyncio.sleep(0)
+            return trainer(trial)
+
+        n_units = await study.train(fn, worker_id="w")
+        trials = [t async for t in study.trials()]
+        assert n_units == len(trials)
+        trainer.check(trials)
+        assert (await study.ask_units(1)).finished
+
+    run(body, sqlite_url)
+
+
+def test_train_stops_after_max_units_and_tells_a_failing_unit_as_failed(sqlite_url):
+    async def body(client):
+        study = await client.create_study("pbt", [LR], **PBT_STUDY)
+        assert await study.train(CurveTrainer(), max_units=2) == 2  # a plain function
+
+        def fn(trial):
+            raise ValueError("diverged")
+
+        with pytest.raises(ValueError, match="diverged"):
+            await study.train(fn)
+        states = [t.state async for t in study.trials()]
+        assert states == ["completed", "completed", "failed"]
 
     run(body, sqlite_url)

@@ -5,6 +5,7 @@ import pytest
 
 import client as client_pkg
 from client import Client, ClientClosed, Conflict, InvalidRequest, NotFound, TransportError
+from tests.client.units import LR, PBT_STUDY, CurveTrainer
 from tests.conftest import FLOAT_X, FLOAT_Y
 
 
@@ -159,3 +160,26 @@ def test_numpy_scalars_are_accepted(client):
     assert study.tell(trial.number, np.float32(0.0)).values == {"value": 0.0}
     study.optimize(lambda p: np.float64(p["x"]), n_trials=2, progress=False)
     assert study.refresh().trial_counts == {"completed": 3}
+
+
+def test_train_works_a_scheduler_study_until_it_is_finished(client):
+    study = client.create_study("pbt", [LR], **PBT_STUDY)
+    trainer = CurveTrainer()
+    n_units = study.train(trainer, worker_id="w")
+    trials = list(study.trials())
+    assert n_units == len(trials)
+    trainer.check(trials)
+    assert study.ask_units(1).finished
+
+
+def test_train_stops_after_max_units_and_tells_a_failing_unit_as_failed(client):
+    study = client.create_study("pbt", [LR], **PBT_STUDY)
+    assert study.train(CurveTrainer(), max_units=2) == 2
+
+    def fn(trial):
+        raise ValueError("diverged")
+
+    with pytest.raises(ValueError, match="diverged"):
+        study.train(fn)
+    states = [t.state for t in study.trials()]
+    assert states == ["completed", "completed", "failed"]

@@ -1,0 +1,426 @@
+"""Every method of the clients' handles, written once and without I/O.
+
+An operation is a generator: it yields the steps it needs (a ``Call`` to send, a ``Sleep``, an
+``Evaluate`` of the user's function, ``Parallel`` operations), receives each step's outcome (or
+has the step's error raised where it yielded), and returns the method's result.
+``client._methods`` binds each operation as a method; an operation's first argument is the
+object (``Client``, ``Study``, ``Sampler`` or their async twins) the method is bound to.
+``client._sync`` and ``client._async`` perform the steps: send or await, threads or tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx
+
+from client._base import Call, body, decoder, no_content, text
+from client.models import (
+    AskRequest,
+    AskResponse,
+    BestPublic,
+    CheckpointsPublic,
+    HeartbeatRequest,
+    Lineage,
+    MeasurementPublic,
+    ReportRequest,
+    SamplerAsk,
+    SamplerCreate,
+    SamplerPublic,
+    SamplerStep,
+    SamplerTell,
+    StudiesPage,
+    StudyCreate,
+    StudyExport,
+    StudyPublic,
+    StudyState,
+    StudyUpdate,
+    TellRequest,
+    TrialCreate,
+    TrialPublic,
+    TrialsPage,
+)
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+# --- steps --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A running trial that heartbeats keep alive while the user's function works on it."""
+
+    study_id: int
+    number: int
+    seconds: float
+    worker_id: str
+
+    @property
+    def interval(self) -> float:
+        # Three heartbeats a lease, so that one late or lost answer does not let it expire.
+        return self.seconds / 3
+
+    def heartbeat(self) -> Call[TrialPublic]:
+        req = HeartbeatRequest(lease_seconds=self.seconds, worker_id=self.worker_id)
+        return heartbeat_call(self.study_id, self.number, req)
+
+
+@dataclass(frozen=True)
+class Evaluate:
+    """Call the user's ``fn(arg)`` (with heartbeats for ``lease``); its result, or what it
+    raised, comes back to the operation."""
+
+    fn: Callable[[Any], Any]
+    arg: Any
+    lease: Lease | None = None
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Run ``ops`` at once, until every one has returned or one has raised; the first error is
+    raised in the operation that yielded this step."""
+
+    ops: list[Generator[Step, Any, None]]
+
+
+Step = Call[Any] | Sleep | Evaluate | Parallel
+Op = Generator[Step, Any, T]
+
+
+class Page(Protocol[T_co]):
+    @property
+    def data(self) -> Sequence[T_co]: ...
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Pages(Generic[T]):
+    """A listing, fetched page by page: ``call(cursor)`` asks for the page at ``cursor``
+    (``None`` for the first); each page gives the next cursor, ``None`` on the last."""
+
+    call: Callable[[str | None], Call[Page[T]]]
+
+
+class StudyHandle(Protocol):
+    id: int
+    info: StudyPublic
+
+
+class SamplerHandle(Protocol):
+    id: int
+    info: SamplerPublic
+
+
+def _listing(
+    path: str, decode: Callable[[httpx.Response], Page[T]], params: dict[str, Any]
+) -> Pages[T]:
+    """The pages of ``GET path?params``, each asked for with the cursor the previous gave."""
+
+    def call(cursor: str | None) -> Call[Page[T]]:
+        query = params if cursor is None else {**params, "cursor": cursor}
+        return Call("GET", path, decode, params=query)
+
+    return Pages(call)
+
+
+_study = decoder(StudyPublic)
+_trial = decoder(TrialPublic)
+_sampler = decoder(SamplerPublic)
+
+
+# --- the client: studies and samplers -----------------------------------------------------
+
+
+def create_study(
+    client: object,
+    name: str,
+    parameters: list[Any],
+    objectives: list[Any] | None = None,
+    constraints: list[Any] | None = None,
+    engine: str | dict[str, Any] = "random",
+    **fields: Any,
+) -> Op[StudyPublic]:
+    """Create a study, or get the live one of that name with the same config.
+
+    ``parameters``, ``objectives`` and ``constraints`` are model instances or plain dicts
+    (``{"type": "float", "name": "x", "low": 0, "high": 1}``); ``fields`` are other
+    ``StudyCreate`` fields (``seed``, ``lease_seconds``, ``metadata``...).
+    """
+    spec: dict[str, Any] = {"name": name, "parameters": parameters, **fields}
+    if objectives is not None:
+        spec["objectives"] = objectives
+    if constraints is not None:
+        spec["constraints"] = constraints
+    spec["engine"] = {"name": engine} if isinstance(engine, str) else engine
+    return (yield from create_study_from(client, StudyCreate.model_validate(spec)))
+
+
+def create_study_from(client: object, spec: StudyCreate) -> Op[StudyPublic]:
+    return (yield Call("POST", "/v1/studies", _study, json=body(spec)))
+
+
+def get_study(client: object, study_id: int) -> Op[StudyPublic]:
+    return (yield Call("GET", f"/v1/studies/{study_id}", _study))
+
+
+def list_studies(client: object, page_size: int = 100) -> Pages[StudyPublic]:
+    return _listing("/v1/studies", decoder(StudiesPage), {"limit": page_size})
+
+
+def import_study(
+    client: object, export: StudyExport | dict[str, Any], name: str | None = None
+) -> Op[StudyPublic]:
+    """Create a study from ``export`` (``Study.export()``), named ``name`` or as exported."""
+    data = body(StudyExport.model_validate(export))
+    params = {"name": name} if name else None
+    return (yield Call("POST", "/v1/studies/import", _study, json=data, params=params))
+
+
+def create_sampler(client: object, dim: int, n_targets: int, **fields: Any) -> Op[SamplerPublic]:
+    """Create a multi-target sampler; ``fields`` are other ``SamplerCreate`` fields
+    (``n_particles``, ``algorithm``, ``kernel``, ``eta``, ``init``, ``bounds``, ``seed``...)."""
+    spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
+    return (yield Call("POST", "/v1/samplers", _sampler, json=body(spec)))
+
+
+def get_sampler(client: object, sampler_id: int) -> Op[SamplerPublic]:
+    return (yield Call("GET", f"/v1/samplers/{sampler_id}", _sampler))
+
+
+# --- a study ------------------------------------------------------------------------------
+
+
+def refresh(study: StudyHandle) -> Op[StudyPublic]:
+    study.info = yield from get_study(None, study.id)
+    return study.info
+
+
+def ask(
+    study: StudyHandle,
+    count: int = 1,
+    worker_id: str | None = None,
+    lease_seconds: float | None = None,
+) -> Op[list[TrialPublic]]:
+    return (yield from ask_units(study, count, worker_id, lease_seconds)).trials
+
+
+def ask_units(
+    study: StudyHandle,
+    count: int = 1,
+    worker_id: str | None = None,
+    lease_seconds: float | None = None,
+) -> Op[AskResponse]:
+    """Ask a scheduler study (``pbt``, ``ipbt``) for training units: the whole answer, with
+    ``retry_after`` while a generation is still training and ``finished`` at the end."""
+    req = AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds)
+    path = f"/v1/studies/{study.id}/ask"
+    return (yield Call("POST", path, decoder(AskResponse), json=body(req)))
+
+
+def tell(
+    study: StudyHandle,
+    number: int,
+    values: Mapping[str, float] | float | None = None,
+    constraints: Mapping[str, float] | None = None,
+    metadata: dict[str, Any] | None = None,
+    checkpoint: str | None = None,
+) -> Op[TrialPublic]:
+    """Tell a trial's results; ``checkpoint`` is the reference of the checkpoint saved at its
+    end (required for a scheduler's unit unless a report gave it)."""
+    if values is None or isinstance(values, Mapping):
+        by_name = dict(values or {})
+    else:  # a number (numpy scalars included) for a single-objective study
+        by_name = {study.info.objectives[0].name: float(values)}
+    req = TellRequest(
+        values=by_name,
+        constraints=dict(constraints or {}),
+        metadata=metadata,
+        checkpoint=checkpoint,
+    )
+    return (yield _tell_call(study.id, number, req))
+
+
+def fail(
+    study: StudyHandle, number: int, reason: str | None = None, infeasible: bool = False
+) -> Op[TrialPublic]:
+    req = TellRequest(state="infeasible" if infeasible else "failed", reason=reason)
+    return (yield _tell_call(study.id, number, req))
+
+
+def _tell_call(study_id: int, number: int, req: TellRequest) -> Call[TrialPublic]:
+    return Call("POST", f"/v1/studies/{study_id}/trials/{number}/tell", _trial, json=body(req))
+
+
+def report(
+    study: StudyHandle,
+    number: int,
+    step: int,
+    values: Mapping[str, float],
+    checkpoint: str | None = None,
+) -> Op[MeasurementPublic]:
+    req = ReportRequest(step=step, values=dict(values), checkpoint=checkpoint)
+    path = f"/v1/studies/{study.id}/trials/{number}/report"
+    return (yield Call("POST", path, decoder(MeasurementPublic), json=body(req)))
+
+
+def heartbeat(
+    study: StudyHandle,
+    number: int,
+    lease_seconds: float | None = None,
+    worker_id: str | None = None,
+) -> Op[TrialPublic]:
+    req = HeartbeatRequest(lease_seconds=lease_seconds, worker_id=worker_id)
+    return (yield heartbeat_call(study.id, number, req))
+
+
+def heartbeat_call(study_id: int, number: int, req: HeartbeatRequest) -> Call[TrialPublic]:
+    path = f"/v1/studies/{study_id}/trials/{number}/heartbeat"
+    return Call("POST", path, _trial, json=body(req))
+
+
+def enqueue(
+    study: StudyHandle,
+    params: Mapping[str, Any],
+    values: Mapping[str, float] | None = None,
+    constraints: Mapping[str, float] | None = None,
+) -> Op[TrialPublic]:
+    req = TrialCreate(
+        params=dict(params),
+        values=dict(values) if values is not None else None,
+        constraints=dict(constraints or {}),
+    )
+    return (yield Call("POST", f"/v1/studies/{study.id}/trials", _trial, json=body(req)))
+
+
+def trial(study: StudyHandle, number: int) -> Op[TrialPublic]:
+    return (yield Call("GET", f"/v1/studies/{study.id}/trials/{number}", _trial))
+
+
+def trials(
+    study: StudyHandle, states: list[str] | None = None, page_size: int = 500
+) -> Pages[TrialPublic]:
+    params: dict[str, Any] = {"limit": page_size, **({"state": states} if states else {})}
+    return _listing(f"/v1/studies/{study.id}/trials", decoder(TrialsPage), params)
+
+
+def measurements(study: StudyHandle, number: int) -> Op[list[MeasurementPublic]]:
+    path = f"/v1/studies/{study.id}/trials/{number}/measurements"
+    return (yield Call("GET", path, decoder(list[MeasurementPublic])))
+
+
+def best(study: StudyHandle) -> Op[BestPublic]:
+    return (yield Call("GET", f"/v1/studies/{study.id}/best", decoder(BestPublic)))
+
+
+def lineage(study: StudyHandle, number: int) -> Op[Lineage]:
+    """The units whose checkpoints led to unit ``number`` (scheduler studies)."""
+    path = f"/v1/studies/{study.id}/trials/{number}/lineage"
+    return (yield Call("GET", path, decoder(Lineage)))
+
+
+def best_schedule(study: StudyHandle) -> Op[Lineage]:
+    """The lineage of the best unit: the best member's hyperparameter schedule."""
+    return (yield Call("GET", f"/v1/studies/{study.id}/best/schedule", decoder(Lineage)))
+
+
+def checkpoints(study: StudyHandle) -> Op[CheckpointsPublic]:
+    """Which checkpoints are still needed (``pinned``) and which may be deleted."""
+    path = f"/v1/studies/{study.id}/checkpoints"
+    return (yield Call("GET", path, decoder(CheckpointsPublic)))
+
+
+def export(study: StudyHandle) -> Op[StudyExport]:
+    path = f"/v1/studies/{study.id}/export"
+    return (yield Call("GET", path, decoder(StudyExport), params={"format": "json"}))
+
+
+def export_csv(study: StudyHandle) -> Op[str]:
+    return (yield Call("GET", f"/v1/studies/{study.id}/export", text, params={"format": "csv"}))
+
+
+def update(
+    study: StudyHandle, state: StudyState | None = None, metadata: dict[str, Any] | None = None
+) -> Op[StudyPublic]:
+    change = StudyUpdate.model_validate(
+        {k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None}
+    )
+    path = f"/v1/studies/{study.id}"
+    study.info = yield Call("PATCH", path, _study, json=body(change))
+    return study.info
+
+
+def delete(study: StudyHandle) -> Op[None]:
+    yield Call("DELETE", f"/v1/studies/{study.id}", no_content)
+
+
+# --- a sampler ----------------------------------------------------------------------------
+
+
+def refresh_sampler(sampler: SamplerHandle) -> Op[SamplerPublic]:
+    sampler.info = yield from get_sampler(None, sampler.id)
+    return sampler.info
+
+
+def ask_sampler(sampler: SamplerHandle) -> Op[SamplerAsk]:
+    path = f"/v1/samplers/{sampler.id}/ask"
+    return (yield Call("POST", path, decoder(SamplerAsk)))
+
+
+def tell_sampler(
+    sampler: SamplerHandle, iteration: int, grad_log_prob: Any, log_prob: Any = None
+) -> Op[SamplerStep]:
+    """Tell the scores at the positions of ``iteration`` (nested lists or arrays)."""
+    req = SamplerTell(
+        iteration=iteration,
+        grad_log_prob=_as_lists(grad_log_prob),
+        log_prob=None if log_prob is None else _as_lists(log_prob),
+    )
+    path = f"/v1/samplers/{sampler.id}/tell"
+    return (yield Call("POST", path, decoder(SamplerStep), json=body(req)))
+
+
+def _as_lists(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def run_sampler(
+    sampler: SamplerHandle, scores: Callable[[list[list[float]]], Any], iterations: int
+) -> Op[SamplerPublic]:
+    """``iterations`` rounds of ask, ``scores(X)``, tell; ``scores`` returns the gradients
+    ``K x m x d``, or ``(gradients, log_prob)`` with ``log_prob`` ``K x m`` (with the async
+    client, ``scores`` may be a coroutine function)."""
+    for _ in range(iterations):
+        asked = yield from ask_sampler(sampler)
+        answer = yield Evaluate(scores, asked.X)
+        grads, log_prob = answer if isinstance(answer, tuple) else (answer, None)
+        yield from tell_sampler(sampler, asked.iteration, grads, log_prob)
+    return (yield from refresh_sampler(sampler))
+
+
+def delete_sampler(sampler: SamplerHandle) -> Op[None]:
+    yield Call("DELETE", f"/v1/samplers/{sampler.id}", no_content)
+
+
+@dataclass(frozen=True)
+class Done(Generic[T]):
+    value: T
+
+
+def advance(op: Op[T], outcome: Any = None, error: BaseException | None = None) -> Step | Done[T]:
+    """Resume ``op`` with the outcome of its last step, or raise ``error`` where it yielded:
+    its next step, or ``Done`` with what it returned."""
+    try:
+        return op.send(outcome) if error is None else op.throw(error)
+    except StopIteration as stop:
+        return Done(stop.value)
