@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         bench.progress(
             f"  {r['method']} seed {r['seed']}: val {r['val_acc']:.4f}, test "
-            f"{r['test_acc']:.4f}, {r['units']} units, {r['run_s']:.0f} s;"
+            f"{r['test_acc']:.4f}, {r['units']} units, {r['run_s']:.0f} s"
         )
 
     with Grid(bench) as grid:
