@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import httpx
 import numpy as np
 import psycopg
 
+from bench.servers import free_port, stop_server, wait_healthy
 from bench.version import code_version
 from client import Client
 
@@ -141,26 +141,9 @@ class Resources:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def asktell_bin() -> str:
     exe = Path(sys.executable).parent / "asktell"
     return str(exe) if exe.exists() else "asktell"
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)  # uvicorn shuts down cleanly (lifespan exit) on SIGINT
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 @contextmanager
@@ -184,18 +167,7 @@ def server(res: Resources, db_url: str, tag: str, workers: int) -> Iterator[str]
     res.servers.append(proc)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not healthy after 60 s:\n{log_path.read_text()}")
-            time.sleep(0.1)
+        wait_healthy(proc, base, log_path)
         yield base
     finally:
         stop_server(proc)
