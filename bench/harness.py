@@ -272,3 +272,20 @@ def markdown_table(header: list[str], rows: Iterable[Iterable[object]], align: s
     print("|" + "|".join("---:" if a == "r" else "---" for a in aligns) + "|")
     for row in rows:
         print("| " + " | ".join(str(v) for v in row) + " |")
+
+
+def print_target_table(rows: Iterable[tuple[str, float | None, str, bool | None]]) -> None:
+    """The targets: name, value (``n/a`` when not measured), goal, MET / MISSED."""
+    markdown_table(
+        ["target", "value", "goal", "result"],
+        (
+            [
+                name,
+                "n/a" if value is None else f"{value:.4g}",
+                goal,
+                {True: "MET", False: "MISSED", None: "not measured"}[met],
+            ]
+            for name, value, goal, met in rows
+        ),
+        "lrrl",
+    )

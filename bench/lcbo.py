@@ -72,7 +72,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.harness import Bench, Grid, Job, fmt, log, markdown_table, round4
+from bench.harness import (
+    Bench,
+    Grid,
+    Job,
+    fmt,
+    log,
+    markdown_table,
+    print_target_table,
+    round4,
+)
 from bench.lcbo_peers import (
     PROBLEMS,
     SPECS,
@@ -427,14 +436,7 @@ def print_targets(t: Targets, timing: dict[str, float], grid: Grid) -> None:
         "lrrl",
     )
     print()
-    markdown_table(
-        ["target", "value", "goal", "result"],
-        (
-            [name, "n/a" if value is None else f"{value:.4g}", goal, "MET" if met else "MISSED"]
-            for name, (value, goal, met) in t.rows.items()
-        ),
-        "lrll",
-    )
+    print_target_table((name, value, goal, met) for name, (value, goal, met) in t.rows.items())
     if timing:
         print(f"(the cold d = 100 ask, no state: {timing['cold']:.2f} s)")
     if t.missing_feasible:

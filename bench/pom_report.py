@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from bench.harness import fmt, markdown_table, round4
+from bench.harness import fmt, markdown_table, print_target_table, round4
 from bench.pom_peers import ACQF_OPTIONS, MC_SAMPLES, NUM_RESTARTS, RAW_SAMPLES, Q
 from bench.pom_reference import SPECS, Evaluator, normalize_front, reference
 from engines.metrics import emd, hypervolume, igd, non_dominated
@@ -252,19 +252,7 @@ def print_targets(results: dict[str, dict[str, dict[str, Any]]], c: Comparison) 
         "llrr",
     )
     print()
-    markdown_table(
-        ["target", "value", "goal", "result"],
-        (
-            [
-                name,
-                "n/a" if t["value"] is None else f"{t['value']:.4g}",
-                c.goals[name],
-                {True: "MET", False: "MISSED", None: "not measured"}[t["met"]],
-            ]
-            for name, t in c.targets.items()
-        ),
-        "lrrl",
-    )
+    print_target_table((name, t["value"], c.goals[name], t["met"]) for name, t in c.targets.items())
 
 
 def problem_figures(

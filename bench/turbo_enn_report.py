@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bench.gp_turbo import FIT_FAILURES
+from bench.harness import markdown_table, print_target_table
 from bench.turbo_enn_runs import (
     DIMS,
     ENNBO_LABEL,
@@ -129,20 +130,28 @@ def print_timing(
 
 def print_quality(s: Settings, q: dict[str, dict[str, dict[str, Any]]]) -> None:
     print(f"\n## 2. Quality, d = {QUALITY_D}, q = {QUALITY_Q}, best value found (f* = 0)\n")
-    print(
-        "| problem | method | evals | seeds | median best | min | max | @200 | @500 | @1000 "
-        "| wall s/run | propose s/run |"
+    header = ["problem", "method", "evals", "seeds", "median best", "min", "max", "@200"]
+    header += ["@500", "@1000", "wall s/run", "propose s/run"]
+    markdown_table(
+        header,
+        (
+            [
+                f"{problem}-{QUALITY_D}",
+                method,
+                evals_txt(m),
+                len(m["seeds"]),
+                fmt_best(m["median_best"]),
+                fmt_best(m["min_best"]),
+                fmt_best(m["max_best"]),
+                *(fmt_best(m.get(f"median_best_at_{c}")) for c in (200, 500, 1000)),
+                f"{m['wall_s_median']:.1f}",
+                f"{m['propose_s_median']:.1f}",
+            ]
+            for problem, methods in q.items()
+            for method, m in methods.items()
+        ),
+        "ll" + "r" * 10,
     )
-    print("|---|---|" + "---:|" * 10)
-    for problem, methods in q.items():
-        for method, m in methods.items():
-            at = [fmt_best(m.get(f"median_best_at_{c}")) for c in (200, 500, 1000)]
-            print(
-                f"| {problem}-{QUALITY_D} | {method} | {evals_txt(m)} | {len(m['seeds'])} | "
-                f"{fmt_best(m['median_best'])} | {fmt_best(m['min_best'])} | "
-                f"{fmt_best(m['max_best'])} | {' | '.join(at)} | {m['wall_s_median']:.1f} | "
-                f"{m['propose_s_median']:.1f} |"
-            )
     print(
         "(@E = median over seeds of the best after E evaluations; GP-TuRBO fits are warm-started)"
     )
@@ -160,27 +169,32 @@ def fmt_best(v: float | None) -> str:
 
 def print_service(svc: dict[int, dict[str, Any]]) -> None:
     print(f"\n## 3. Service: ask(q = {SERVICE_Q}) on a study with N completed trials, seconds\n")
-    print(
-        "| d | N | fill s | service first ask | service warm (median of 5) | raw first "
-        "| raw warm | warm ratio | first ratio |"
+    header = ["d", "N", "fill s", "service first ask", "service warm (median of 5)"]
+    header += ["raw first", "raw warm", "warm ratio", "first ratio"]
+    markdown_table(
+        header,
+        (
+            [
+                d,
+                f"{r['n']:,}",
+                f"{r['fill_s']:.1f}",
+                fmt_s(r["service_cold_s"]),
+                fmt_s(r["service_warm_s"]),
+                fmt_s(r["raw_cold_s"]),
+                fmt_s(r["raw_warm_s"]),
+                f"{r['ratio_warm']:.2f}",
+                f"{r['ratio_cold']:.2f}",
+            ]
+            for d, r in svc.items()
+        ),
+        "r" * 9,
     )
-    print("|" + "---:|" * 9)
-    for d, r in svc.items():
-        print(
-            f"| {d} | {r['n']:,} | {r['fill_s']:.1f} | {fmt_s(r['service_cold_s'])} | "
-            f"{fmt_s(r['service_warm_s'])} | {fmt_s(r['raw_cold_s'])} | {fmt_s(r['raw_warm_s'])} "
-            f"| {r['ratio_warm']:.2f} | {r['ratio_cold']:.2f} |"
-        )
     print("(first = cold: the study's config, the history and the engine load in the server)")
 
 
 def print_targets(s: Settings, targets: dict[str, dict[str, Any]], speedup_lb: bool | None) -> None:
     print("\n## Targets\n")
-    print("| target | value | goal | result |\n|---|---:|---:|---|")
-    for name, t in targets.items():
-        v = "n/a" if t["value"] is None else f"{t['value']:.4g}"
-        res = {True: "MET", False: "MISSED", None: "not measured"}[t["met"]]
-        print(f"| {name} | {v} | {t['target']} | {res} |")
+    print_target_table((name, t["value"], t["target"], t["met"]) for name, t in targets.items())
     print(
         "(no_slower: turbo-enn / ennbo PARETO time ratio; no_worse: turbo-enn median best minus "
         "ennbo's; proposal_n_le_2000: the slowest default-mode config with N <= 2,000)"
