@@ -289,3 +289,21 @@ def print_target_table(rows: Iterable[tuple[str, float | None, str, bool | None]
         ),
         "lrrl",
     )
+
+
+def print_notes(
+    heading: str,
+    results: dict[str, dict[str, dict[str, Any]]],
+    problems: list[str],
+    methods: list[str],
+    label: Callable[[str, str], str],
+) -> None:
+    """The ``notes`` of every (problem, method) summary in ``results``, one line each."""
+    notes = [
+        f"- {label(p, m)}: {note}"
+        for p in problems
+        for m in methods
+        for note in results.get(p, {}).get(m, {}).get("notes", [])
+    ]
+    if notes:
+        print(f"\n{heading}:\n" + "\n".join(notes))

@@ -79,6 +79,7 @@ from bench.harness import (
     fmt,
     log,
     markdown_table,
+    print_notes,
     print_target_table,
     round4,
 )
@@ -369,14 +370,13 @@ def print_results(plan: Plan, results: dict[str, dict[str, dict[str, Any]]]) -> 
         + ", ".join(f"{p} {plan.budgets[p]}" for p in plan.problems)
         + f" evaluations, q = {Q}, shared Sobol design of min(max(10, d), 100) points)"
     )
-    notes = [
-        f"- {SPECS[p].label} {LABELS[m]}: {note}"
-        for p in plan.problems
-        for m in plan.methods
-        for note in results.get(p, {}).get(m, {}).get("notes", [])
-    ]
-    if notes:
-        print("\nNotes (any seed):\n" + "\n".join(notes))
+    print_notes(
+        "Notes (any seed)",
+        results,
+        plan.problems,
+        plan.methods,
+        lambda p, m: f"{SPECS[p].label} {LABELS[m]}",
+    )
 
 
 @dataclass

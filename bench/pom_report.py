@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from bench.harness import fmt, markdown_table, print_target_table, round4
+from bench.harness import fmt, markdown_table, print_notes, print_target_table, round4
 from bench.pom_peers import ACQF_OPTIONS, MC_SAMPLES, NUM_RESTARTS, RAW_SAMPLES, Q
 from bench.pom_reference import SPECS, Evaluator, normalize_front, reference
 from engines.metrics import emd, hypervolume, igd, non_dominated
@@ -225,14 +225,13 @@ def print_results(s: Settings, results: dict[str, dict[str, dict[str, Any]]]) ->
         "(EMD: unit cube / sqrt(d), lower is better; IGD on objectives scaled by the reference "
         "front's ideal and nadir; s / batch: fit + acquisition)"
     )
-    notes = [
-        f"- {SPECS[p].label} {LABELS[m]}: {note}"
-        for p in s.problems
-        for m in s.methods
-        for note in results.get(p, {}).get(m, {}).get("notes", [])
-    ]
-    if notes:
-        print("\nNotes (per run; any seed):\n" + "\n".join(notes))
+    print_notes(
+        "Notes (per run; any seed)",
+        results,
+        s.problems,
+        s.methods,
+        lambda p, m: f"{SPECS[p].label} {LABELS[m]}",
+    )
 
 
 def print_targets(results: dict[str, dict[str, dict[str, Any]]], c: Comparison) -> None:

@@ -171,24 +171,13 @@ def print_service(svc: dict[int, dict[str, Any]]) -> None:
     print(f"\n## 3. Service: ask(q = {SERVICE_Q}) on a study with N completed trials, seconds\n")
     header = ["d", "N", "fill s", "service first ask", "service warm (median of 5)"]
     header += ["raw first", "raw warm", "warm ratio", "first ratio"]
-    markdown_table(
-        header,
-        (
-            [
-                d,
-                f"{r['n']:,}",
-                f"{r['fill_s']:.1f}",
-                fmt_s(r["service_cold_s"]),
-                fmt_s(r["service_warm_s"]),
-                fmt_s(r["raw_cold_s"]),
-                fmt_s(r["raw_warm_s"]),
-                f"{r['ratio_warm']:.2f}",
-                f"{r['ratio_cold']:.2f}",
-            ]
-            for d, r in svc.items()
-        ),
-        "r" * 9,
-    )
+    times = ("service_cold_s", "service_warm_s", "raw_cold_s", "raw_warm_s")
+
+    def row(d: int, r: dict[str, Any]) -> list[object]:
+        ratios = (f"{r[k]:.2f}" for k in ("ratio_warm", "ratio_cold"))
+        return [d, f"{r['n']:,}", f"{r['fill_s']:.1f}", *(fmt_s(r[k]) for k in times), *ratios]
+
+    markdown_table(header, (row(d, r) for d, r in svc.items()), "r" * 9)
     print("(first = cold: the study's config, the history and the engine load in the server)")
 
 
