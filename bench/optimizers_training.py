@@ -61,17 +61,13 @@ class FixedLrSAM(torch.optim.Optimizer):
     gradients before each pass and returns the loss at x.
     """
 
-    def __init__(
-        self,
-        params: Iterable[Any],
-        lr: float = 0.1,
-        rho: float = 0.1,
-        momentum: float = 0.0,
-        weight_decay: float = 5e-4,
-    ) -> None:
-        super().__init__(
-            params, {"lr": lr, "rho": rho, "momentum": momentum, "weight_decay": weight_decay}
-        )
+    #: SAM-SPS's rho and weight decay, no momentum.
+    DEFAULTS = {"lr": 0.1, "rho": 0.1, "momentum": 0.0, "weight_decay": 5e-4}
+
+    def __init__(self, params: Iterable[Any], **hyper: float) -> None:
+        if unknown := sorted(set(hyper) - set(self.DEFAULTS)):
+            raise TypeError(f"FixedLrSAM has no hyperparameters {unknown}")
+        super().__init__(params, self.DEFAULTS | hyper)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
