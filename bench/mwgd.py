@@ -2,7 +2,7 @@
 
 One run, then markdown tables, the wall time and ONE final JSON line.
 
-Part 1 (this script): the reference multi-target toy of MWGraD's code (research notes B1): four
+Part 1 (this script): the reference multi-target toy of MWGraD's code: four
 2-D Gaussian-mixture targets, each with three components of covariance 0.5 I and weights 0.2,
 0.7 and 0.1: its own corner (+-4, +-4), then the modes (-2, 0) and (2, 0) shared by all targets,
 each jittered by 0.3 N(0, I) per target (our reading of the weights' order; the jitter is drawn

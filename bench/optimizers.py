@@ -7,7 +7,7 @@ One run, two experiments, then tables and one JSON line:
    learning-rate knob, plus a fixed-learning-rate SAM baseline implemented here (``FixedLrSAM``).
 2. Heavy-tailed noise: every gradient gets Student-t noise, g <- g + s * xi, xi ~ t(nu = 1.5)
    elementwise, s = NOISE_SCALE * RMS(g) with the RMS taken per parameter tensor (the scale is
-   fixed before looking at any result: s = RMS(g), as in part C8 of the research notes). Run
+   fixed before looking at any result: s = RMS(g)). Run
    for plain SGD (no momentum), SGD-momentum, ClippedSGD, NormalizedSGD, AdaGrad-Norm, Lion,
    Lion+, Muon and Muon+, each over the same sweep as in 1 (AdaGrad-Norm and Muon/Muon+ are
    reported for information, outside the claims).
@@ -31,7 +31,7 @@ the knob and (low, high) its registry bounds; the default is run too when it is 
 ``lr_max`` (SAM-SPS is meant to need no lr tuning: its default is the headline). The bench-only
 baselines have no registry entry and use fixed grids: plain SGD (no momentum) over 0.001..0.1,
 the very grid of ClippedSGD and NormalizedSGD (all three default to lr 0.01); SAM (no momentum)
-over 0.01..1 (part C1's suggested grid 0.01-0.3, extended to 1; centred on 0.1, the
+over 0.01..1 (a usual SAM grid, 0.01-0.3, extended to 1; centred on 0.1, the
 no-momentum equivalent of the registry SGD default 0.01 with momentum 0.9); SAM with momentum
 0.9 over 0.001..0.1. A best value on the edge of its grid is flagged (it may be under-tuned).
 

@@ -23,7 +23,7 @@ One run, three parts, then markdown tables, the wall time and ONE final JSON lin
      N/d/q of the grid, PARETO and UCB acquisition, in its own process (``_ennbo_run.py``;
      ennbo pins BLAS/OpenMP to 1 thread and would leave this process's torch single-threaded):
      a cold ``tell`` of the N points, then the median of 3 steady-state cycles ``tell(1 new
-     point) + ask(q)`` (benchmarks.md section 3.1). Note the asymmetry: ennbo's proposal is
+     point) + ask(q)``. Note the asymmetry: ennbo's proposal is
      incremental (its index and fit persist between asks); turbo-enn's is from scratch.
 
 2. Quality: Ackley-20 and Rosenbrock-20, both on [-5,10]^20 (f* = 0), minimized, q = 4,
@@ -60,7 +60,7 @@ q = 50; also counted over the whole grid) and no worse (median best, both proble
 
 Threads: ``torch.set_num_threads(2)`` here (the machine has 2 cores); the GP-TuRBO timing
 processes use 2 threads too; ennbo keeps its own 1-thread setting (more threads made it
-slower on this machine, benchmarks.md section 1.4). Everything runs one at a time.
+slower on this machine). Everything runs one at a time.
 
     .venv/bin/python -m bench.turbo_enn             # full: about 50-60 min on an idle machine
     .venv/bin/python -m bench.turbo_enn --quick     # N in {1,000, 2,000, 50,000}; 1 seed,
@@ -123,7 +123,7 @@ GP_CAP = 240.0
 #: Wall-time cap of one GP-TuRBO quality run (it then stops early and says so).
 GP_RUN_CAP = 900.0
 
-# Plan estimates (seconds, this machine when idle; benchmarks.md section 3 and bench pieces).
+# Plan estimates (seconds, this machine when idle, measured on pieces of this bench).
 GP_ESTIMATE = {
     20: {250: 2.5, 500: 4.0, 1000: 8.5, 2000: 40.0},  # + TS over 4,000 candidates
     100: {250: 25.0, 500: 30.4, 1000: 34.6, 2000: 82.6},
