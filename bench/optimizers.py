@@ -31,7 +31,7 @@ the knob and (low, high) its registry bounds; the default is run too when it is 
 ``lr_max`` (SAM-SPS is meant to need no lr tuning: its default is the headline). The bench-only
 baselines have no registry entry and use fixed grids: plain SGD (no momentum) over 0.001..0.1,
 the very grid of ClippedSGD and NormalizedSGD (all three default to lr 0.01); SAM (no momentum)
-over 0.01..1 (a usual SAM grid, 0.01-0.3, extended to 1; centred on 0.1, the
+over 0.01..1 (0.01-0.3, extended to 1; centred on 0.1, the
 no-momentum equivalent of the registry SGD default 0.01 with momentum 0.9); SAM with momentum
 0.9 over 0.001..0.1. A best value on the edge of its grid is flagged (it may be under-tuned).
 
