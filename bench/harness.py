@@ -10,6 +10,7 @@ tables and the JSON line to stdout.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -251,8 +252,6 @@ class Bench:
     def report(self, out: dict[str, Any], part_s: dict[str, float] | None = None) -> None:
         """The wall-time line (with the seconds of each part), then ``out`` with ``wall_s`` as
         the final JSON line."""
-        import json
-
         wall = self.elapsed_s()
         parts = (
             "; parts: " + ", ".join(f"{k} {v:.0f} s" for k, v in part_s.items()) if part_s else ""
