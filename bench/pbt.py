@@ -259,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, P = 4, t_max = 400")
     parser.add_argument("--seeds", type=int)
-    parser.add_argument("--methods", help=f"comma-separated subset of {METHODS}")
+    # "%" doubled: argparse formats help strings with %.
+    methods_help = f"comma-separated subset of {METHODS}".replace("%", "%%")
+    parser.add_argument("--methods", help=methods_help)
     args = parser.parse_args(argv)
     population, t_max = (4, 400) if args.quick else (POPULATION, T_MAX)
     seeds = args.seeds or (1 if args.quick else SEEDS)
