@@ -11,7 +11,7 @@ the bench's torch single-threaded, so it only ever runs in its own process:
   ``num_fit_samples=10``, ``num_fit_candidates=30``, default candidates ``min(5000, 100 d)``)
   receives the N points of ``timing_data(n, d)`` in one ``tell`` (the "cold tell": index build
   and fit), then one untimed cycle and ``reps`` timed cycles of ``tell(1 new uniform point)`` +
-  ``ask(q)`` (the steady state of benchmarks.md section 3.1). The proposal time is the median of
+  ``ask(q)`` (the steady state). The proposal time is the median of
   tell + ask over the timed cycles.
 - ``{"mode": "optimize", "runs": [{"problem", "d", "budget", "q", "seed", "acq",
   "num_init"}...]}``: optimization runs; each returns every evaluated value, the wall time

@@ -62,8 +62,11 @@ def n_candidates(d: int) -> int:
 
 
 @dataclass
-class TurboState:
-    """The tutorial's trust-region state, for a maximization problem."""
+class TrustRegion:
+    """The side ``length`` of a trust region and its success / failure counters (the
+    tutorials' state): ``SUCCESS_TOLERANCE`` successes in a row double it (capped),
+    ``ceil(max(4 / q, d / q))`` failures in a row halve it, below ``LENGTH_MIN`` the run
+    restarts."""
 
     d: int
     q: int
@@ -78,10 +81,9 @@ class TurboState:
     def __post_init__(self) -> None:
         self.failure_tolerance = math.ceil(max(4.0 / self.q, float(self.d) / self.q))
 
-    def update(self, y_next_max: np.ndarray) -> None:
-        """One batch of (maximized) values told."""
-        best_next = float(np.max(y_next_max))
-        if best_next > self.best_value + 1e-3 * math.fabs(self.best_value):
+    def record(self, success: bool) -> None:
+        """One batch's outcome."""
+        if success:
             self.success_counter += 1
             self.failure_counter = 0
         else:
@@ -93,9 +95,42 @@ class TurboState:
         elif self.failure_counter == self.failure_tolerance:
             self.length /= 2.0
             self.failure_counter = 0
-        self.best_value = max(self.best_value, best_next)
         if self.length < LENGTH_MIN:
             self.restart_triggered = True
+
+
+@dataclass
+class TurboState(TrustRegion):
+    """TuRBO-1's state, for a maximization problem."""
+
+    def update(self, y_next_max: np.ndarray) -> None:
+        """One batch of (maximized) values told."""
+        best_next = float(np.max(y_next_max))
+        self.record(best_next > self.best_value + 1e-3 * math.fabs(self.best_value))
+        self.best_value = max(self.best_value, best_next)
+
+
+class TrustRegionRuns:
+    """What GP-TuRBO and SCBO share: a run restarts (``_new_run``) when its trust region
+    collapses; ``restarts`` counts them."""
+
+    restarts: int
+    _state: Any
+
+    def _new_run(self) -> None:
+        raise NotImplementedError
+
+    def _update_region(self, *batch: np.ndarray) -> None:
+        """The trust region's update by one batch (``_state.update(*batch)``), then the
+        restart it may trigger."""
+        self._state.update(*batch)
+        if self._state.restart_triggered:
+            self.restarts += 1
+            self._new_run()
+
+    @property
+    def length(self) -> float:
+        return float(self._state.length)
 
 
 @dataclass
@@ -200,7 +235,7 @@ def cold_proposal(X: np.ndarray, y: np.ndarray, q: int, seed: int = 0) -> tuple[
 
 
 @dataclass
-class GPTurbo:
+class GPTurbo(TrustRegionRuns):
     """TuRBO-1 with the tutorial's GP, ask/tell on [0,1]^d, minimizing.
 
     ``ask()`` returns ``(q, d)`` points (fewer only if the initial design has fewer left);
@@ -264,14 +299,7 @@ class GPTurbo:
                 self._in_tr = True
                 self._state.best_value = float(self._y.max())
             return
-        self._state.update(y_max.numpy())
-        if self._state.restart_triggered:
-            self.restarts += 1
-            self._new_run()
-
-    @property
-    def length(self) -> float:
-        return self._state.length
+        self._update_region(y_max.numpy())
 
 
 def main(argv: list[str] | None = None) -> int:

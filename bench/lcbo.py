@@ -62,69 +62,50 @@ Progress goes to stderr; the tables and the final JSON line to stdout. An interr
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import signal
 import statistics
-import sys
 import time
 import warnings
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
 import torch
-from scipy.stats import qmc
 
-from bench.version import code_version
-from engines.base import History, Problem
+from bench.harness import (
+    Bench,
+    Grid,
+    Job,
+    fmt,
+    log,
+    markdown_table,
+    print_notes,
+    print_target_table,
+    round4,
+)
+from bench.lcbo_peers import (
+    PROBLEMS,
+    SPECS,
+    Evaluator,
+    LcboPeer,
+    Q,
+    initial_design,
+    make_method,
+    run_notes,
+    unit_problem,
+)
+from engines.base import History
 from engines.registry import make_engine
-from engines.space import FloatParam, SearchSpace
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/lcbo.py", "bench/scbo.py")
 
-Q = 4
 METHODS = ["lcbo", "scbo", "tpe", "sobol"]
 LABELS = {"lcbo": "LCBO (engine)", "scbo": "SCBO", "tpe": "TPE (Optuna)", "sobol": "Sobol"}
 BUDGET_MIN = 88.0
 QUICK_BUDGET_MIN = 5.0
-WORKERS = 2
 ASK_TARGET_S = 2.0
 WINS_NEEDED = 4  # of 6 problems; ceil(2/3 of them) with fewer
-
-
-@dataclass(frozen=True)
-class Spec:
-    key: str
-    label: str
-    d: int
-    k: int
-    budget: int
-    seeds: int
-    best_known: float
-
-    @property
-    def n_init(self) -> int:
-        return min(max(10, self.d), 100)
-
-
-SPECS = {
-    s.key: s
-    for s in [
-        Spec("ackley10", "Ackley-10 (SCBO constraints)", 10, 2, 200, 5, 0.0),
-        Spec("ackley50", "Ackley-50 (SCBO constraints)", 50, 2, 500, 3, 0.0),
-        Spec("ackley100", "Ackley-100 (SCBO constraints)", 100, 2, 500, 3, 0.0),
-        Spec("keane30", "KeaneBump-30", 30, 2, 500, 3, -0.818056),
-        Spec("speedreducer", "SpeedReducer (7D, 11 c)", 7, 11, 200, 5, 2996.3482),
-        Spec("pressurevessel", "PressureVessel (4D, 4 c)", 4, 4, 200, 5, 6059.946341),
-    ]
-}
-PROBLEMS = list(SPECS)
 #: ``--quick``: 1 seed, budgets cut to n_init + QUICK_ASKS batches.
 QUICK_ASKS = 8
 
@@ -153,180 +134,47 @@ EST_S_PER_ASK: dict[str, dict[str, float]] = {
 }
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def seed_int(*parts: int) -> int:
-    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
-
-
-# --- problems -------------------------------------------------------------------------------
-
-
-class Evaluator:
-    """``f(U) -> (f: (n,), C: (n, k))`` for ``U: (n, d)`` in the unit cube."""
-
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        if spec.key.startswith("ackley"):
-            self.low, self.high = np.full(spec.d, -5.0), np.full(spec.d, 10.0)
-            self.fn: Any = None
-            return
-        from botorch.test_functions.synthetic import (
-            KeaneBumpFunction,
-            PressureVessel,
-            SpeedReducer,
-        )
-
-        self.fn = {
-            "keane30": lambda: KeaneBumpFunction(dim=30),
-            "speedreducer": SpeedReducer,
-            "pressurevessel": PressureVessel,
-        }[spec.key]()
-        self.low, self.high = (b.numpy() for b in self.fn.bounds)
-
-    def __call__(self, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        X = self.low + (self.high - self.low) * np.asarray(U, dtype=np.float64)
-        if self.fn is None:
-            f = (
-                -20.0 * np.exp(-0.2 * np.sqrt((X**2).mean(axis=1)))
-                - np.exp(np.cos(2.0 * math.pi * X).mean(axis=1))
-                + 20.0
-                + math.e
-            )
-            return f, np.column_stack([X.sum(axis=1), np.linalg.norm(X, axis=1) - 5.0])
-        with torch.no_grad():
-            tX = torch.as_tensor(X)
-            return self.fn.evaluate_true(tX).numpy(), -self.fn.evaluate_slack_true(tX).numpy()
-
-
-def initial_design(spec: Spec, seed: int) -> tuple[np.ndarray, qmc.Sobol]:
-    """The shared design ``(n_init, d)`` and its Sobol sequence (for the ``sobol`` method)."""
-    sobol = qmc.Sobol(spec.d, scramble=True, seed=seed_int(seed, PROBLEMS.index(spec.key)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # n not a power of 2
-        return sobol.random(spec.n_init), sobol
-
-
-# --- one run --------------------------------------------------------------------------------
-
-
-class Proposer:
-    """``propose(X, f, C) -> U: (q, d)`` and ``tell(U, f, C)`` for one method."""
-
-    def __init__(self, method: str, spec: Spec, seed: int, sobol: qmc.Sobol) -> None:
-        self.method, self.spec = method, spec
-        self.notes: dict[str, int] = {}
-        d, k = spec.d, spec.k
-        if method == "lcbo":
-            space = SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(d)])
-            self.problem = Problem(space, n_constraints=k)
-            self.engine = make_engine("lcbo", {"n_initial": spec.n_init})
-            self.state: dict[str, Any] = {}
-            self.rng = np.random.default_rng(seed_int(seed, PROBLEMS.index(spec.key), 1))
-        elif method == "scbo":
-            from bench.scbo import SCBO
-
-            self.scbo = SCBO(d, Q, k, seed=seed_int(seed, PROBLEMS.index(spec.key), 2) % 2**31)
-            self.scbo.n_init = spec.n_init
-        elif method == "tpe":
-            import optuna
-
-            optuna.logging.set_verbosity(optuna.logging.WARNING)
-            sampler = optuna.samplers.TPESampler(
-                n_startup_trials=spec.n_init,
-                constraints_func=lambda t: t.user_attrs["constraints"],
-                seed=seed_int(seed, PROBLEMS.index(spec.key), 3) % 2**31,
-            )
-            self.study = optuna.create_study(direction="minimize", sampler=sampler)
-            self.names = [f"x{i}" for i in range(d)]
-        self.sobol = sobol
-
-    def start(self, U0: np.ndarray, f0: np.ndarray, C0: np.ndarray) -> None:
-        if self.method == "scbo":
-            self.scbo.start(U0, f0, C0)
-        elif self.method == "tpe":
-            for u in U0:
-                self.study.enqueue_trial(dict(zip(self.names, map(float, u), strict=True)))
-            self.trials = [self.study.ask() for _ in U0]
-            U = np.array([[t.suggest_float(n, 0.0, 1.0) for n in self.names] for t in self.trials])
-            if not np.allclose(U, U0):
-                raise RuntimeError("TPE did not take the enqueued design")
-            self.tell(U0, f0, C0)
-
-    def propose(self, X: np.ndarray, f: np.ndarray, C: np.ndarray, n: int) -> np.ndarray:
-        """A batch of ``Q`` points, or ``n < Q`` for the last batch of a budget (the model-based
-        methods propose ``Q`` and the rest is dropped; TPE asks only ``n`` trials)."""
-        if self.method == "lcbo":
-            history = History(X, f[:, None], C, np.zeros((0, self.spec.d)))
-            proposal = self.engine.suggest(self.problem, history, Q, self.state, self.rng)
-            self.state = proposal.state
-            for det in proposal.details:
-                if "fallback" in det or "replaced" in det:
-                    key = str(det.get("fallback", det.get("replaced")))[:60]
-                    self.notes[key] = self.notes.get(key, 0) + 1
-            return np.asarray(proposal.X, dtype=np.float64)
-        if self.method == "scbo":
-            return self.scbo.ask()
-        if self.method == "tpe":
-            self.trials = [self.study.ask() for _ in range(n)]
-            return np.array(
-                [[t.suggest_float(n, 0.0, 1.0) for n in self.names] for t in self.trials]
-            )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return self.sobol.random(Q)
-
-    def tell(self, U: np.ndarray, f: np.ndarray, C: np.ndarray) -> None:
-        if self.method == "scbo":
-            self.scbo.tell(U, f, C)
-        elif self.method == "tpe":
-            for t, value, c in zip(self.trials, f, C, strict=True):
-                t.set_user_attr("constraints", [float(v) for v in c])
-                self.study.tell(t, float(value))
-
-
-def run_one(key: str, method: str, seed: int, budget: int) -> dict[str, Any]:
-    """One (problem, method, seed) run in a worker process; its metrics."""
+def worker_setup() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    spec = SPECS[key]
+
+
+def run_one(job: Job, budgets: dict[str, int]) -> dict[str, Any]:
+    """One (problem, method, seed) run in a worker process, to its problem's budget; its
+    metrics."""
+    spec, budget = SPECS[job.problem], budgets[job.problem]
     f_of = Evaluator(spec)
     t_run = time.perf_counter()
-    U0, sobol = initial_design(spec, seed)
+    U0, sobol = initial_design(spec, job.seed)
     f0, C0 = f_of(U0)
     X, f, C = U0.copy(), f0.copy(), C0.copy()
-    proposer = Proposer(method, spec, seed, sobol)
-    proposer.start(U0, f0, C0)
+    method = make_method(job.method, spec, job.seed, sobol)
+    method.start(U0, f0[:, None], C0)
     ask_s = []
     while len(X) < budget:
         t0 = time.perf_counter()
         n = min(Q, budget - len(X))
-        U = proposer.propose(X, f, C, n)[:n]
+        # A batch of Q points, or n < Q for the last batch of a budget (the model-based
+        # methods propose Q and the rest is dropped; TPE asks only n trials).
+        U = method.propose(History(X, f[:, None], C, np.zeros((0, spec.d))), n)[:n]
         ask_s.append(time.perf_counter() - t0)
         if U.shape[1:] != (spec.d,) or not np.all(np.isfinite(U)):
-            raise RuntimeError(f"{method} proposed {U.shape}")
+            raise RuntimeError(f"{job.method} proposed {U.shape}")
         f_new, C_new = f_of(np.clip(U, 0.0, 1.0))
-        proposer.tell(U, f_new, C_new)
+        method.tell(U, f_new[:, None], C_new)
         X, f, C = np.vstack([X, U]), np.concatenate([f, f_new]), np.vstack([C, C_new])
     feasible = np.all(C <= 0, axis=1)
-    notes = [f"{k}: {v}" for k, v in proposer.notes.items()]
-    if method == "scbo" and proposer.scbo.restarts:
-        notes.append(f"restarts: {proposer.scbo.restarts}")
-    if method == "lcbo" and proposer.state.get("generation"):
-        notes.append(f"restarts: {proposer.state['generation']}")
     return {
-        "problem": key,
-        "method": method,
-        "seed": seed,
+        "problem": job.problem,
+        "method": job.method,
+        "seed": job.seed,
         "n": len(X),
         "best": float(f[feasible].min()) if feasible.any() else None,
         "first_feasible": int(np.argmax(feasible)) + 1 if feasible.any() else None,
         "ask_s": statistics.fmean(ask_s) if ask_s else None,
         "run_s": time.perf_counter() - t_run,
-        "kkt_residual": proposer.state.get("kkt_residual") if method == "lcbo" else None,
-        "notes": notes,
+        "kkt_residual": method.state.get("kkt_residual") if isinstance(method, LcboPeer) else None,
+        "notes": run_notes(method),
     }
 
 
@@ -337,7 +185,7 @@ def time_ask_d100(threads: int = 2) -> dict[str, float]:
     rng = np.random.default_rng(0)
     X = rng.random((1000, spec.d))
     f, C = Evaluator(spec)(X)
-    problem = Problem(SearchSpace([FloatParam(f"x{i}", 0, 1) for i in range(spec.d)]), 1, 2)
+    problem = unit_problem(spec.d, 2)
     engine = make_engine("lcbo")
     history = History(X, f[:, None], C, np.zeros((0, spec.d)))
     times, state = [], {}
@@ -346,6 +194,94 @@ def time_ask_d100(threads: int = 2) -> dict[str, float]:
         state = engine.suggest(problem, history, Q, state, np.random.default_rng(i)).state
         times.append(time.perf_counter() - t0)
     return {"cold": times[0], "warm": statistics.median(times[1:])}
+
+
+# --- the plan and the grid ------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """The problems, methods, budgets and seeds of this run, and the jobs in their order."""
+
+    quick: bool
+    problems: list[str]
+    methods: list[str]
+    budgets: dict[str, int]
+    seeds: dict[str, int]
+    budget_min: float
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Plan:
+        problems = args.problems.split(",") if args.problems else PROBLEMS
+        chosen = args.methods.split(",") if args.methods else METHODS
+        if unknown := [p for p in problems if p not in SPECS]:
+            raise SystemExit(f"unknown problem(s) {unknown}; choose from {PROBLEMS}")
+        quick = bool(args.quick)
+        return cls(
+            quick=quick,
+            problems=problems,
+            methods=[m for m in METHODS if m in chosen],
+            budgets={
+                p: SPECS[p].n_init + Q * QUICK_ASKS if quick else SPECS[p].budget for p in problems
+            },
+            seeds={p: args.seeds or (1 if quick else SPECS[p].seeds) for p in problems},
+            budget_min=args.budget_min or (QUICK_BUDGET_MIN if quick else BUDGET_MIN),
+        )
+
+    def estimate(self, p: str, m: str) -> float:
+        return EST_S_PER_ASK[m][p] * math.ceil((self.budgets[p] - SPECS[p].n_init) / Q) + 1.0
+
+    def jobs(self) -> list[Job]:
+        """TPE and Sobol first (seconds each: the guard must never drop them), then the
+        longest first, so the two workers finish together."""
+        jobs = [
+            Job(p, m, s) for p in self.problems for m in self.methods for s in range(self.seeds[p])
+        ]
+        return sorted(
+            jobs,
+            key=lambda j: (j.method not in ("tpe", "sobol"), -self.estimate(j.problem, j.method)),
+        )
+
+    def print(self, workers: int) -> None:
+        total_est = sum(self.estimate(j.problem, j.method) for j in self.jobs())
+        print("plan (estimated seconds of one worker, beside the other):")
+        for p in self.problems:
+            parts = ", ".join(
+                f"{m} {self.estimate(p, m) * self.seeds[p]:.0f}" for m in self.methods
+            )
+            print(f"  {p} ({self.budgets[p]} evaluations, {self.seeds[p]} seeds): {parts}")
+        print(
+            f"  total about {total_est / 60:.0f} worker-min, {total_est / 60 / workers:.0f} min "
+            f"on {workers} workers; deadline guard at {self.budget_min:g} min",
+            flush=True,
+        )
+
+
+def run_all(plan: Plan, bench: Bench) -> tuple[list[dict[str, Any]], dict[str, float], Grid]:
+    """The d = 100 ask timing, then every run; the runs, the timing and the grid."""
+    done: list[dict[str, Any]] = []
+    timing: dict[str, float] = {}
+
+    def record(job: Job, r: dict[str, Any]) -> None:
+        done.append(r)
+        bench.progress(
+            f"  {r['problem']} {r['method']} seed {r['seed']}: best {fmt(r['best'])}, first "
+            f"feasible {r['first_feasible']}, {fmt(r['ask_s'], 3)} s/ask, {r['run_s']:.0f} s"
+        )
+
+    with Grid(bench, plan.budget_min, initializer=worker_setup) as grid:
+        if "lcbo" in plan.methods:
+            log("timing an LCBO ask at d = 100 with 1,000 observations ...")
+            timing = time_ask_d100()
+            log(f"  cold {timing['cold']:.2f} s, warm {timing['warm']:.2f} s")
+        grid.run(
+            run_one,
+            plan.jobs(),
+            record,
+            plan.budgets,
+            need_s=lambda j: plan.estimate(j.problem, j.method),
+        )
+    return done, timing, grid
 
 
 # --- summary and output ---------------------------------------------------------------------
@@ -371,10 +307,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def fmt(v: float | None, digits: int = 4) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
-
-
 def better(a: float | None, b: float | None) -> bool:
     """Median best ``a`` strictly better than ``b`` (``None``: no feasible median)."""
     return a is not None and (b is None or a < b)
@@ -389,139 +321,84 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, help="seeds per problem (default 5 or 3; quick 1)")
     parser.add_argument("--budget-min", type=float, help=f"deadline guard (default {BUDGET_MIN})")
     args = parser.parse_args(argv)
-    problems = args.problems.split(",") if args.problems else PROBLEMS
-    methods = [m for m in METHODS if m in (args.methods.split(",") if args.methods else METHODS)]
-    if unknown := [p for p in problems if p not in SPECS]:
-        raise SystemExit(f"unknown problem(s) {unknown}; choose from {PROBLEMS}")
-    budget_min = args.budget_min or (QUICK_BUDGET_MIN if args.quick else BUDGET_MIN)
-    budgets = {
-        p: SPECS[p].n_init + Q * QUICK_ASKS if args.quick else SPECS[p].budget for p in problems
-    }
-    seeds = {p: args.seeds or (1 if args.quick else SPECS[p].seeds) for p in problems}
-    jobs = [(p, m, s) for p in problems for m in methods for s in range(seeds[p])]
-
-    def estimate(p: str, m: str) -> float:
-        return EST_S_PER_ASK[m][p] * math.ceil((budgets[p] - SPECS[p].n_init) / Q) + 1.0
-
-    # TPE and Sobol first (seconds each: the guard must never drop them), then the longest
-    # first, so the two workers finish together.
-    jobs.sort(key=lambda j: (j[1] not in ("tpe", "sobol"), -estimate(j[0], j[1])))
-    signal.signal(signal.SIGTERM, _interrupt)
-    wall0 = time.perf_counter()
-    version = code_version(*CODE_PATHS)
-    total_est = sum(estimate(p, m) for p, m, _ in jobs)
-    print(
-        f"# bench/lcbo.py ({'quick' if args.quick else 'full'}), asktell {version}; Python "
-        f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, {WORKERS} workers x 1 torch thread, "
-        f"load average {os.getloadavg()[0]:.2f}"
-    )
-    print("plan (estimated seconds of one worker, beside the other):")
-    for p in problems:
-        parts = ", ".join(f"{m} {estimate(p, m) * seeds[p]:.0f}" for m in methods)
-        print(f"  {p} ({budgets[p]} evaluations, {seeds[p]} seeds): {parts}")
-    print(
-        f"  total about {total_est / 60:.0f} worker-min, {total_est / 60 / WORKERS:.0f} min "
-        f"on {WORKERS} workers; deadline guard at {budget_min:g} min",
-        flush=True,
-    )
+    plan = Plan.from_args(args)
+    bench = Bench("lcbo", plan.quick, CODE_PATHS)
+    bench.header("2 workers x 1 torch thread")
+    plan.print(2)
     if args.plan:
         return 0
-
-    timing: dict[str, float] = {}
-    done: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    interrupted = False
-    deadline = wall0 + 60.0 * budget_min
-    try:
-        if "lcbo" in methods:
-            log("timing an LCBO ask at d = 100 with 1,000 observations ...")
-            timing = time_ask_d100()
-            log(f"  cold {timing['cold']:.2f} s, warm {timing['warm']:.2f} s")
-        with ProcessPoolExecutor(WORKERS, mp_context=get_context("spawn")) as pool:
-            running: dict[Future[dict[str, Any]], tuple[str, str, int]] = {}
-            queue = list(jobs)
-            while queue or running:
-                while queue and len(running) < WORKERS:
-                    p, m, s = queue.pop(0)
-                    if time.perf_counter() + estimate(p, m) > deadline:
-                        skipped.append(f"{p} {m} seed {s}")
-                        continue
-                    running[pool.submit(run_one, p, m, s, budgets[p])] = (p, m, s)
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    running.pop(fut)
-                    r = fut.result()
-                    done.append(r)
-                    log(
-                        f"  {r['problem']} {r['method']} seed {r['seed']}: best {fmt(r['best'])},"
-                        f" first feasible {r['first_feasible']}, {fmt(r['ask_s'], 3)} s/ask "
-                        f"({r['run_s']:.0f} s; wall {(time.perf_counter() - wall0) / 60:.1f} min)"
-                    )
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted: reporting the runs that finished")
-
+    done, timing, grid = run_all(plan, bench)
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    for p in problems:
-        for m in methods:
+    for p in plan.problems:
+        for m in plan.methods:
             runs = sorted(
                 (r for r in done if r["problem"] == p and r["method"] == m),
                 key=lambda r: r["seed"],
             )
             if runs:
                 results.setdefault(p, {})[m] = summarize(runs)
-    return report(
-        problems, methods, budgets, results, done, timing, skipped, interrupted, version, wall0
+    print_results(plan, results)
+    targets = lcbo_targets(plan, results, done, timing)
+    print_targets(targets, timing, grid)
+    out = json_line(plan, results, targets, timing, grid, bench.version)
+    bench.report(out)
+    return 130 if grid.interrupted else 0
+
+
+def print_results(plan: Plan, results: dict[str, dict[str, dict[str, Any]]]) -> None:
+    print("\n## Results: median over seeds (min - max)\n")
+    header = ["problem", "best known", "method", "seeds", "best feasible", "feasible seeds"]
+    header += ["evals to first feasible", "s / ask"]
+    rows = [
+        [
+            SPECS[p].label,
+            fmt(SPECS[p].best_known),
+            LABELS[m],
+            r["seeds"],
+            f"{fmt(r['best'])} ({fmt(r['best_min'], 3)} - {fmt(r['best_max'], 3)})",
+            f"{r['feasible_share']:.0%}",
+            fmt(r["first_feasible"], 3),
+            fmt(r["ask_s"], 3),
+        ]
+        for p in plan.problems
+        for m in plan.methods
+        if (r := results.get(p, {}).get(m)) is not None
+    ]
+    markdown_table(header, rows, "lrlrrrrr")
+    print(
+        "(budgets: "
+        + ", ".join(f"{p} {plan.budgets[p]}" for p in plan.problems)
+        + f" evaluations, q = {Q}, shared Sobol design of min(max(10, d), 100) points)"
+    )
+    print_notes(
+        "Notes (any seed)",
+        results,
+        plan.problems,
+        plan.methods,
+        lambda p, m: f"{SPECS[p].label} {LABELS[m]}",
     )
 
 
-def report(
-    problems: list[str],
-    methods: list[str],
-    budgets: dict[str, int],
+@dataclass
+class Targets:
+    compared: list[str]
+    wins: list[str]
+    missing_feasible: list[str]
+    #: name -> (value, goal, met)
+    rows: dict[str, tuple[Any, str, bool]]
+    best: dict[str, tuple[float | None, float | None]]
+
+
+def lcbo_targets(
+    plan: Plan,
     results: dict[str, dict[str, dict[str, Any]]],
     done: list[dict[str, Any]],
     timing: dict[str, float],
-    skipped: list[str],
-    interrupted: bool,
-    version: str,
-    wall0: float,
-) -> int:
-    print("\n## Results: median over seeds (min - max)\n")
-    print(
-        "| problem | best known | method | seeds | best feasible | feasible seeds "
-        "| evals to first feasible | s / ask |"
-    )
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
-    for p in problems:
-        for m in methods:
-            r = results.get(p, {}).get(m)
-            if r is None:
-                continue
-            print(
-                f"| {SPECS[p].label} | {fmt(SPECS[p].best_known)} | {LABELS[m]} | {r['seeds']} | "
-                f"{fmt(r['best'])} ({fmt(r['best_min'], 3)} - {fmt(r['best_max'], 3)}) | "
-                f"{r['feasible_share']:.0%} | {fmt(r['first_feasible'], 3)} | "
-                f"{fmt(r['ask_s'], 3)} |"
-            )
-    print(
-        "(budgets: "
-        + ", ".join(f"{p} {budgets[p]}" for p in problems)
-        + f" evaluations, q = {Q}, shared Sobol design of min(max(10, d), 100) points)"
-    )
-    notes = [
-        f"- {SPECS[p].label} {LABELS[m]}: {note}"
-        for p in problems
-        for m in methods
-        for note in results.get(p, {}).get(m, {}).get("notes", [])
-    ]
-    if notes:
-        print("\nNotes (any seed):\n" + "\n".join(notes))
-
+) -> Targets:
     def get(p: str, m: str, k: str) -> Any:
         return results.get(p, {}).get(m, {}).get(k)
 
-    compared = [p for p in problems if get(p, "lcbo", "seeds") and get(p, "scbo", "seeds")]
+    compared = [p for p in plan.problems if get(p, "lcbo", "seeds") and get(p, "scbo", "seeds")]
     wins = [p for p in compared if better(get(p, "lcbo", "best"), get(p, "scbo", "best"))]
     need = min(WINS_NEEDED, math.ceil(2 * len(compared) / 3))
     missing_feasible = []
@@ -531,7 +408,7 @@ def report(
             mine = [x for x in mine if x["seed"] == r["seed"]]
             if mine and mine[0]["best"] is None:
                 missing_feasible.append(f"{r['problem']} seed {r['seed']}")
-    targets = {
+    rows = {
         "lcbo_wins_vs_scbo": (len(wins), f">= {need} of {len(compared)}", len(wins) >= need),
         "lcbo_feasible_where_scbo_is": (
             len(missing_feasible),
@@ -544,69 +421,72 @@ def report(
             timing.get("warm") is not None and timing["warm"] <= ASK_TARGET_S,
         ),
     }
-    print("\n## Targets\n\n| problem | LCBO median best | SCBO median best | LCBO better |")
-    print("|---|---:|---:|---|")
-    for p in compared:
-        print(
-            f"| {SPECS[p].label} | {fmt(get(p, 'lcbo', 'best'))} | {fmt(get(p, 'scbo', 'best'))}"
-            f" | {'yes' if p in wins else 'no'} |"
-        )
-    print("\n| target | value | goal | result |\n|---|---:|---|---|")
-    for name, (value, goal, met) in targets.items():
-        shown = "n/a" if value is None else f"{value:.4g}"
-        print(f"| {name} | {shown} | {goal} | {'MET' if met else 'MISSED'} |")
+    best = {p: (get(p, "lcbo", "best"), get(p, "scbo", "best")) for p in compared}
+    return Targets(compared, wins, missing_feasible, rows, best)
+
+
+def print_targets(t: Targets, timing: dict[str, float], grid: Grid) -> None:
+    print("\n## Targets\n")
+    markdown_table(
+        ["problem", "LCBO median best", "SCBO median best", "LCBO better"],
+        (
+            [SPECS[p].label, fmt(t.best[p][0]), fmt(t.best[p][1]), "yes" if p in t.wins else "no"]
+            for p in t.compared
+        ),
+        "lrrl",
+    )
+    print()
+    print_target_table((name, value, goal, met) for name, (value, goal, met) in t.rows.items())
     if timing:
         print(f"(the cold d = 100 ask, no state: {timing['cold']:.2f} s)")
-    if missing_feasible:
-        print(f"(LCBO infeasible where SCBO is feasible: {', '.join(missing_feasible)})")
-    if skipped:
-        print(f"(left out by the deadline guard: {', '.join(skipped)})")
-    if interrupted:
+    if t.missing_feasible:
+        print(f"(LCBO infeasible where SCBO is feasible: {', '.join(t.missing_feasible)})")
+    if grid.skipped:
+        print(f"(left out by the deadline guard: {', '.join(grid.skipped)})")
+    if grid.interrupted:
         print("(INTERRUPTED: partial results)")
-    wall = time.perf_counter() - wall0
-    print(f"\nwall time {wall:.1f} s ({wall / 60:.1f} min); load average {os.getloadavg()[0]:.2f}")
 
-    r4: Callable[[Any], Any] = lambda v: (  # noqa: E731
-        None if v is None or (isinstance(v, float) and not math.isfinite(v)) else round(v, 4)
-    )
+
+def json_line(
+    plan: Plan,
+    results: dict[str, dict[str, dict[str, Any]]],
+    t: Targets,
+    timing: dict[str, float],
+    grid: Grid,
+    version: str,
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "bench": "lcbo",
-        "quick": budgets != {p: SPECS[p].budget for p in problems},
-        "interrupted": interrupted,
+        "quick": plan.budgets != {p: SPECS[p].budget for p in plan.problems},
+        "interrupted": grid.interrupted,
         "code_version": version,
-        "lcbo_wins_vs_scbo": wins,
-        "problems_compared": compared,
-        "lcbo_infeasible_where_scbo_feasible": missing_feasible,
-        "lcbo_ask_s_d100": r4(timing.get("warm")),
-        "lcbo_ask_s_d100_cold": r4(timing.get("cold")),
+        "lcbo_wins_vs_scbo": t.wins,
+        "problems_compared": t.compared,
+        "lcbo_infeasible_where_scbo_feasible": t.missing_feasible,
+        "lcbo_ask_s_d100": round4(timing.get("warm")),
+        "lcbo_ask_s_d100_cold": round4(timing.get("cold")),
     }
-    for name, (value, goal, met) in targets.items():
-        out[f"target_{name}"] = r4(value)
+    for name, (value, goal, met) in t.rows.items():
+        out[f"target_{name}"] = round4(value)
         out[f"target_{name}_goal"] = goal
         out[f"target_{name}_met"] = met
     out["problems"] = {
         p: {
             "d": SPECS[p].d,
             "constraints": SPECS[p].k,
-            "budget": budgets[p],
+            "budget": plan.budgets[p],
             "best_known": SPECS[p].best_known,
             **{
-                f"{m}_{k}": (r4(v) if not isinstance(v, dict | list) else v)
+                f"{m}_{k}": (round4(v) if not isinstance(v, dict | list) else v)
                 for m, r in methods_r.items()
                 for k, v in r.items()
             },
         }
         for p, methods_r in results.items()
     }
-    out["skipped"] = skipped
-    out["config"] = {"q": Q, "workers": WORKERS, "torch_threads_per_worker": 1}
-    out["wall_s"] = round(wall, 1)
-    print(json.dumps(out))
-    return 130 if interrupted else 0
-
-
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+    out["skipped"] = grid.skipped
+    out["config"] = {"q": Q, "workers": grid.workers, "torch_threads_per_worker": 1}
+    return out
 
 
 if __name__ == "__main__":

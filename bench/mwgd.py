@@ -2,7 +2,7 @@
 
 One run, then markdown tables, the wall time and ONE final JSON line.
 
-Part 1 (this script): the reference multi-target toy of MWGraD's code (research notes B1): four
+Part 1 (this script): the reference multi-target toy of MWGraD's code: four
 2-D Gaussian-mixture targets, each with three components of covariance 0.5 I and weights 0.2,
 0.7 and 0.1: its own corner (+-4, +-4), then the modes (-2, 0) and (2, 0) shared by all targets,
 each jittered by 0.3 N(0, I) per target (our reading of the weights' order; the jitter is drawn
@@ -35,16 +35,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
-from bench.version import ROOT, code_version
+from bench.harness import Bench, markdown_table
+from bench.version import ROOT
 from engines.wasserstein_particles import run
 
 #: The files whose changes make the reported code version "+dirty".
@@ -123,18 +122,27 @@ def part1(quick: bool) -> dict[str, Any]:
                 },
             }
     print()
-    print(
-        "| kernel | step | MWGraD GradNorm at n/10, n/2, n | A-MWGraD GradNorm at n/10, n/2, n "
-        "| A-MWGraD iterations to MWGraD's final | ratio |"
+    markdown_table(
+        [
+            "kernel",
+            "step",
+            "MWGraD GradNorm at n/10, n/2, n",
+            "A-MWGraD GradNorm at n/10, n/2, n",
+            "A-MWGraD iterations to MWGraD's final",
+            "ratio",
+        ],
+        (
+            [
+                kernel,
+                f"{eta:g}",
+                ", ".join(f"{v:.3g}" for v in r["mwgrad_at"].values()),
+                ", ".join(f"{v:.3g}" for v in r["amwgrad_at"].values()),
+                f"{r['amwgrad_iters']:.0f}",
+                f"{r['ratio']:.3f}",
+            ]
+            for (kernel, eta), r in rows.items()
+        ),
     )
-    print("| --- | --- | --- | --- | --- | --- |")
-    for (kernel, eta), r in rows.items():
-        m_at = ", ".join(f"{v:.3g}" for v in r["mwgrad_at"].values())
-        a_at = ", ".join(f"{v:.3g}" for v in r["amwgrad_at"].values())
-        print(
-            f"| {kernel} | {eta:g} | {m_at} | {a_at} | {r['amwgrad_iters']:.0f} | "
-            f"{r['ratio']:.3f} |"
-        )
     best: dict[str, float] = {}
     ratio: dict[str, float] = {}
     for kernel in KERNELS:
@@ -236,25 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced: under 5 minutes")
     parser.add_argument("--part", choices=["1", "2"], help="run one part only")
     args = parser.parse_args(argv)
-    wall0 = time.perf_counter()
-    version = code_version(*CODE_PATHS)
-    print(
-        f"# bench/mwgd.py ({'quick' if args.quick else 'full'}), asktell {version}; "
-        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.2f}",
-        flush=True,
-    )
+    bench = Bench("mwgd", bool(args.quick), CODE_PATHS)
+    bench.header()
     out: dict[str, Any] = {"bench": "mwgd", "quick": bool(args.quick)}
     if args.part != "2":
         out |= part1(args.quick)
     if args.part != "1":
-        left = BUDGET_MIN - (time.perf_counter() - wall0) / 60
+        left = BUDGET_MIN - bench.elapsed_s() / 60
         out |= part2(args.quick, 5.0 if args.quick else left)
-    wall = time.perf_counter() - wall0
-    print(f"\nwall time {wall:.1f} s ({wall / 60:.1f} min)")
-    out["code_version"] = version
-    out["wall_s"] = round(wall, 1)
-    print(json.dumps(out))
+    out["code_version"] = bench.version
+    bench.report(out)
     return 0
 
 

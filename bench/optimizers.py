@@ -7,7 +7,7 @@ One run, two experiments, then tables and one JSON line:
    learning-rate knob, plus a fixed-learning-rate SAM baseline implemented here (``FixedLrSAM``).
 2. Heavy-tailed noise: every gradient gets Student-t noise, g <- g + s * xi, xi ~ t(nu = 1.5)
    elementwise, s = NOISE_SCALE * RMS(g) with the RMS taken per parameter tensor (the scale is
-   fixed before looking at any result: s = RMS(g), as in part C8 of the research notes). Run
+   fixed before looking at any result: s = RMS(g)). Run
    for plain SGD (no momentum), SGD-momentum, ClippedSGD, NormalizedSGD, AdaGrad-Norm, Lion,
    Lion+, Muon and Muon+, each over the same sweep as in 1 (AdaGrad-Norm and Muon/Muon+ are
    reported for information, outside the claims).
@@ -31,7 +31,7 @@ the knob and (low, high) its registry bounds; the default is run too when it is 
 ``lr_max`` (SAM-SPS is meant to need no lr tuning: its default is the headline). The bench-only
 baselines have no registry entry and use fixed grids: plain SGD (no momentum) over 0.001..0.1,
 the very grid of ClippedSGD and NormalizedSGD (all three default to lr 0.01); SAM (no momentum)
-over 0.01..1 (part C1's suggested grid 0.01-0.3, extended to 1; centred on 0.1, the
+over 0.01..1 (0.01-0.3, extended to 1; centred on 0.1, the
 no-momentum equivalent of the registry SGD default 0.01 with momentum 0.9); SAM with momentum
 0.9 over 0.001..0.1. A best value on the edge of its grid is flagged (it may be under-tuned).
 
@@ -68,311 +68,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
-from torch import Tensor, nn
-from torch.nn import functional as F
 
-from engines.optim.registry import OPTIMIZERS, build, search_space
+from bench.harness import log
+from bench.optimizers_training import (
+    BATCH,
+    HIDDEN,
+    NOISE_OPTIMIZERS,
+    NOISE_SCALE,
+    NU,
+    SAM,
+    SAM_MOMENTUM,
+    SGD_PLAIN,
+    VAL_FRACTION,
+    RunResult,
+    configs_of,
+    knob_of,
+    load_split,
+    needs_closure,
+    train_one,
+)
+from engines.optim.registry import OPTIMIZERS
 
-BATCH = 64
-VAL_FRACTION = 0.2
-HIDDEN = 256
 FULL_STEPS = 3000
 QUICK_STEPS = 300
-NU = 1.5
-NOISE_SCALE = 1.0
 CLAIM_MARGIN = 0.01  # one accuracy point
 SWEEP_POINTS = 5
 QUICK_SWEEP_POINTS = 3
-
-# Bench-only baselines: name -> (knob, grid centre, low, high).
-SAM = "sam"  # FixedLrSAM, no momentum (same settings as SAM-SPS's defaults)
-SAM_MOMENTUM = "sam-m0.9"  # FixedLrSAM, momentum 0.9
-SGD_PLAIN = "sgd-plain"  # torch.optim.SGD, no momentum
-EXTRA_GRIDS: dict[str, tuple[str, float, float, float]] = {
-    SAM: ("lr", 0.1, 0.01, 1.0),
-    SAM_MOMENTUM: ("lr", 0.01, 0.001, 0.1),
-    SGD_PLAIN: ("lr", 0.01, 0.001, 0.1),
-}
-NOISE_OPTIMIZERS = [
-    SGD_PLAIN,
-    "sgd",
-    "clipped-sgd",
-    "normalized-sgd",
-    "adagrad-norm",
-    "lion",
-    "lion+",
-    "muon",
-    "muon+",
-]
-
-
-# --- optimizers defined here -------------------------------------------------------------------
-
-
-class FixedLrSAM(torch.optim.Optimizer):
-    """SAM [Foret et al. 2021] with a constant learning rate: SAM-SPS's step with gamma = lr.
-
-    g = grad f(x); e = x + rho g / ||g|| (global norm); g_e = grad f(e);
-    d = g_e + weight_decay * x (coupled L2, as SAM-SPS); buf <- momentum * buf + d (if momentum);
-    x <- x - lr * (buf or d). ``step`` needs a closure doing forward and backward; it zeroes the
-    gradients before each pass and returns the loss at x.
-    """
-
-    def __init__(
-        self,
-        params: Iterable[Any],
-        lr: float = 0.1,
-        rho: float = 0.1,
-        momentum: float = 0.0,
-        weight_decay: float = 5e-4,
-    ) -> None:
-        super().__init__(
-            params, {"lr": lr, "rho": rho, "momentum": momentum, "weight_decay": weight_decay}
-        )
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
-        if closure is None:
-            raise TypeError("FixedLrSAM.step needs a closure (two passes)")
-        self.zero_grad(set_to_none=True)
-        with torch.enable_grad():
-            loss = closure()
-        groups = [[p for p in g["params"] if p.grad is not None] for g in self.param_groups]
-        norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for ps in groups for p in ps))
-        saved: list[tuple[Tensor, Tensor]] = []
-        for group, ps in zip(self.param_groups, groups, strict=True):
-            scale = group["rho"] / norm if norm > 0.0 else 0.0
-            for p in ps:
-                saved.append((p, p.detach().clone()))
-                p.add_(p.grad, alpha=scale)
-        self.zero_grad(set_to_none=True)
-        with torch.enable_grad():
-            closure()
-        for p, x in saved:
-            p.copy_(x)
-        for group, ps in zip(self.param_groups, groups, strict=True):
-            lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
-            for p in ps:
-                if p.grad is None:
-                    continue
-                d = p.grad.add(p, alpha=wd) if wd else p.grad
-                if mom:
-                    state = self.state[p]
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = d.clone()
-                    else:
-                        state["momentum_buffer"].mul_(mom).add_(d)
-                    d = state["momentum_buffer"]
-                p.add_(d, alpha=-lr)
-        return loss
-
-
-def make_optimizer(name: str, model: nn.Module, knob: str, value: float | None) -> Any:
-    """Registry optimizers via ``build`` (defaults, knob overridden); bench baselines here."""
-    hp = {} if value is None else {knob: value}
-    if name == SAM:
-        return FixedLrSAM(model.parameters(), **hp)
-    if name == SAM_MOMENTUM:
-        return FixedLrSAM(model.parameters(), momentum=0.9, **hp)
-    if name == SGD_PLAIN:
-        return torch.optim.SGD(model.parameters(), momentum=0.0, **hp)
-    return build(name, model, **hp)
-
-
-def needs_closure(name: str) -> bool:
-    if name in EXTRA_GRIDS:
-        return name in (SAM, SAM_MOMENTUM)
-    return OPTIMIZERS[name].needs_closure
-
-
-# --- sweeps ------------------------------------------------------------------------------------
-
-
-def knob_of(name: str) -> str:
-    if name in EXTRA_GRIDS:
-        return EXTRA_GRIDS[name][0]
-    return "lr_max" if name in ("sam-sps", "usam-sps") else "lr"
-
-
-def grid_of(name: str, points: int) -> tuple[float | None, list[float]]:
-    """(default value of the knob or None, the sweep values)."""
-    knob = knob_of(name)
-    if name in EXTRA_GRIDS:
-        _, _centre, low, high = EXTRA_GRIDS[name]
-        return None, [float(v) for v in np.geomspace(low, high, points)]
-    default = float(OPTIMIZERS[name].defaults[knob])
-    (bounds,) = [p for p in search_space(name) if p["name"] == knob]
-    low = max(float(bounds["low"]), default / 10.0)
-    high = min(float(bounds["high"]), default * 10.0)
-    return default, [float(v) for v in np.geomspace(low, high, points)]
-
-
-def configs_of(name: str, points: int) -> list[tuple[float, bool]]:
-    """(knob value, is the default) for every run of ``name``; the default added if off-grid."""
-    default, grid = grid_of(name, points)
-    out = [(v, default is not None and math.isclose(v, default, rel_tol=1e-9)) for v in grid]
-    if default is not None and not any(is_default for _, is_default in out):
-        out.append((default, True))
-        out.sort()
-    return out
-
-
-# --- data, model, one training run --------------------------------------------------------------
-
-
-@dataclass
-class Split:
-    x_train: Tensor
-    y_train: Tensor
-    x_val: Tensor
-    y_val: Tensor
-
-
-def load_split(seed: int) -> Split:
-    digits = load_digits()
-    x_tr, x_va, y_tr, y_va = train_test_split(
-        digits.data,
-        digits.target,
-        test_size=VAL_FRACTION,
-        stratify=digits.target,
-        random_state=seed,
-    )
-    scaler = StandardScaler().fit(x_tr)
-    return Split(
-        torch.tensor(scaler.transform(x_tr), dtype=torch.float32),
-        torch.tensor(y_tr, dtype=torch.long),
-        torch.tensor(scaler.transform(x_va), dtype=torch.float32),
-        torch.tensor(y_va, dtype=torch.long),
-    )
-
-
-def make_mlp() -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(64, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, 10),
-    )
-
-
-def batch_indices(n: int, steps: int, seed: int) -> list[Tensor]:
-    """Minibatch indices for ``steps`` steps: reshuffled each epoch, partial batch dropped."""
-    gen = torch.Generator().manual_seed(seed)
-    out: list[Tensor] = []
-    while len(out) < steps:
-        perm = torch.randperm(n, generator=gen)
-        out.extend(perm[i : i + BATCH] for i in range(0, n - BATCH + 1, BATCH))
-    return out[:steps]
-
-
-def student_t(shape: torch.Size, nu: float, gen: torch.Generator) -> Tensor:
-    """Student-t(nu) samples by Bailey's polar method (exact; 2.5x faster here than
-    ``torch.distributions.StudentT``, and it takes a generator): (u, v) uniform in the unit
-    disc, w = u^2 + v^2, t = u sqrt(nu (w^(-2/nu) - 1) / w). The draws depend only on ``gen``.
-    """
-    n = math.prod(shape)
-    parts: list[Tensor] = []
-    got = 0
-    while got < n:
-        uv = torch.rand(2, int((n - got) * 1.3) + 64, generator=gen) * 2.0 - 1.0
-        w = uv[0] * uv[0] + uv[1] * uv[1]
-        inside = (w < 1.0) & (w > 0.0)
-        u, w = uv[0][inside], w[inside]
-        parts.append(u * torch.sqrt(nu * (w.pow(-2.0 / nu) - 1.0) / w))
-        got += parts[-1].numel()
-    return torch.cat(parts)[:n].reshape(shape)
-
-
-def add_student_t_noise(params: list[Tensor], gen: torch.Generator) -> None:
-    """g <- g + NOISE_SCALE * RMS(g) * xi, xi ~ t(NU) elementwise, RMS per tensor."""
-    for p in params:
-        if p.grad is None:
-            continue
-        rms = p.grad.pow(2).mean().sqrt()
-        p.grad.add_(student_t(p.grad.shape, NU, gen) * (NOISE_SCALE * rms))
-
-
-@dataclass
-class RunResult:
-    val_acc: float
-    seconds_per_step: float
-    train_loss: float  # mean minibatch loss over the last 10% of steps
-    diverged: bool
-    steps_done: int
-    extra: dict[str, float] = field(default_factory=dict)
-
-
-def train_one(
-    name: str, knob: str, value: float | None, seed: int, steps: int, split: Split, noisy: bool
-) -> RunResult:
-    torch.manual_seed(seed)
-    model = make_mlp()
-    params = list(model.parameters())
-    opt = make_optimizer(name, model, knob, value)
-    batches = batch_indices(len(split.y_train), steps, seed)
-    # Own generator per seed: the same noise draws for every optimizer with one backward pass
-    # per step (the noise experiment has no two-pass optimizer).
-    noise = torch.Generator().manual_seed(1_000_003 + seed) if noisy else None
-    two_pass = needs_closure(name)
-    losses: list[float] = []
-    gammas: list[float] = []
-    xb = yb = split.x_train[:0]
-
-    def closure() -> Tensor:
-        loss = F.cross_entropy(model(xb), yb)
-        loss.backward()
-        if noise is not None:
-            add_student_t_noise(params, noise)
-        return loss
-
-    diverged = False
-    done = 0
-    tail = max(1, steps // 10)
-    start = time.perf_counter()
-    for t, idx in enumerate(batches):
-        xb, yb = split.x_train[idx], split.y_train[idx]
-        if two_pass:
-            loss = opt.step(closure)
-        else:
-            opt.zero_grad(set_to_none=True)
-            loss = closure()
-            opt.step()
-        done = t + 1
-        if t >= steps - tail:
-            losses.append(float(loss.detach()))
-            if name in ("sam-sps", "usam-sps"):
-                gammas.append(float(opt.param_groups[0]["last_step_size"]))
-        if t % 50 == 0 and not math.isfinite(float(loss.detach())):
-            diverged = True
-            break
-    seconds = time.perf_counter() - start
-    with torch.no_grad():
-        diverged = diverged or not all(bool(torch.isfinite(p).all()) for p in params)
-        logits = model(split.x_val)
-        acc = float((logits.argmax(dim=1) == split.y_val).float().mean())
-    extra = {"mean_step_size_last10pct": statistics.fmean(gammas)} if gammas else {}
-    return RunResult(
-        val_acc=acc,
-        seconds_per_step=seconds / max(done, 1),
-        train_loss=statistics.fmean(losses) if losses else float("nan"),
-        diverged=diverged,
-        steps_done=done,
-        extra=extra,
-    )
 
 
 # --- aggregation and tables ----------------------------------------------------------------------
@@ -485,33 +212,23 @@ def print_summary(title: str, summary: dict[str, dict[str, Any]]) -> None:
         )
 
 
-# --- main ----------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, few steps, 3-point sweeps")
-    parser.add_argument("--seeds", type=int, default=None, help="number of seeds (3; quick 1)")
-    parser.add_argument("--steps", type=int, default=None, help=f"steps per run ({FULL_STEPS})")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(2)  # the benchmark machine has 2 (shared) cores
-    seeds = list(range(args.seeds if args.seeds is not None else (1 if args.quick else 3)))
-    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else FULL_STEPS)
-    points = QUICK_SWEEP_POINTS if args.quick else SWEEP_POINTS
-    wall_start = time.perf_counter()
-
+def make_plan(points: int) -> list[Config]:
+    """Every (experiment, optimizer, knob value) configuration, in run order."""
     clean_names = [*OPTIMIZERS, SAM, SAM_MOMENTUM]
     plan: list[Config] = []
     for experiment, names in (("clean", clean_names), ("noise", NOISE_OPTIMIZERS)):
         for name in names:
             for value, is_default in configs_of(name, points):
                 plan.append(Config(experiment, name, knob_of(name), value, is_default))
+    return plan
+
+
+def run_plan(plan: list[Config], seeds: list[int], steps: int, wall_start: float) -> None:
+    """Every configuration on every seed, one after the other, in this process."""
     passes = sum(2 if needs_closure(c.name) else 1 for c in plan) * len(seeds) * steps
-    print(
+    log(
         f"plan: {len(plan)} configurations x {len(seeds)} seeds x {steps} steps "
-        f"({passes} forward/backward passes), batch {BATCH}, threads {torch.get_num_threads()}",
-        file=sys.stderr,
-        flush=True,
+        f"({passes} forward/backward passes), batch {BATCH}, threads {torch.get_num_threads()}"
     )
     splits = {seed: load_split(seed) for seed in seeds}
     for i, config in enumerate(plan, 1):
@@ -528,28 +245,24 @@ def main(argv: list[str] | None = None) -> None:
                     noisy=config.experiment == "noise",
                 )
             )
-        print(
+        log(
             f"[{i}/{len(plan)}] {config.experiment} {config.name} {config.knob}={config.value:.3g}"
             f" acc median {pct(config.median)} ({time.perf_counter() - t0:.1f} s, "
-            f"{time.perf_counter() - wall_start:.0f} s total)",
-            file=sys.stderr,
-            flush=True,
+            f"{time.perf_counter() - wall_start:.0f} s total)"
         )
 
-    clean = [c for c in plan if c.experiment == "clean"]
-    noisy = [c for c in plan if c.experiment == "noise"]
-    print(
-        f"# bench/optimizers.py: digits, MLP 64-{HIDDEN}-{HIDDEN}-10, {steps} steps of batch "
-        f"{BATCH}, seeds {seeds}, {points}-point sweeps, torch threads {torch.get_num_threads()}"
-    )
-    print("# accuracies in %, median over seeds; * = registry default; loss = final train loss")
-    print_grid("Clean: every configuration", clean)
-    clean_summary = summarize(clean)
-    print_summary("Clean: defaults and best of sweep (median over seeds)", clean_summary)
-    print_grid(f"Student-t noise (nu={NU}, s={NOISE_SCALE} x RMS(g) per tensor)", noisy)
-    noise_summary = summarize(noisy)
-    print_summary("Student-t noise: defaults and best of sweep", noise_summary)
 
+@dataclass
+class Claims:
+    samsps: dict[str, Any]
+    clip: dict[str, Any]
+    lion: dict[str, Any]
+    muon: dict[str, Any]
+
+
+def claims(
+    clean_summary: dict[str, dict[str, Any]], noise_summary: dict[str, dict[str, Any]]
+) -> Claims:
     # Claim 1: SAM-SPS at defaults vs SAM with the best lr of the sweep.
     samsps = clean_summary["sam-sps"]
     claim1: dict[str, Any] = {
@@ -606,6 +319,12 @@ def main(argv: list[str] | None = None) -> None:
         "muonplus_clean_best": clean_summary["muon+"]["best_median"],
     }
 
+    return Claims(claim1, claim2, claim3, muon_info)
+
+
+def print_claims(c: Claims, summaries: dict[str, dict[str, dict[str, Any]]]) -> None:
+    claim1, claim2, claim3, muon_info = c.samsps, c.clip, c.lion, c.muon
+    plain, momentum = claim2["sgd_plain_best"], claim2["sgd_momentum_best"]
     print("\n## Claims")
     print(
         f"(1) SAM-SPS default {pct(claim1['samsps_default_median'])} vs tuned SAM "
@@ -628,17 +347,65 @@ def main(argv: list[str] | None = None) -> None:
         f"(info) noise: Muon+ {pct(muon_info['muonplus_best'])} vs Muon "
         f"{pct(muon_info['muon_best'])}; AdaGrad-Norm {pct(claim2['adagrad_norm_best'])}"
     )
-    for label, summary in (("clean", clean_summary), ("noise", noise_summary)):
+    for label, summary in summaries.items():
         edges = [
             f"{n} ({s['knob']}={s['best_value']:.3g})"
             for n, s in summary.items()
             if s["best_at_grid_edge"]
         ]
         print(f"best on a grid edge ({label}): {', '.join(edges) or 'none'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, few steps, 3-point sweeps")
+    parser.add_argument("--seeds", type=int, default=None, help="number of seeds (3; quick 1)")
+    parser.add_argument("--steps", type=int, default=None, help=f"steps per run ({FULL_STEPS})")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)  # the benchmark machine has 2 (shared) cores
+    seeds = list(range(args.seeds if args.seeds is not None else (1 if args.quick else 3)))
+    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else FULL_STEPS)
+    points = QUICK_SWEEP_POINTS if args.quick else SWEEP_POINTS
+    wall_start = time.perf_counter()
+    plan = make_plan(points)
+    run_plan(plan, seeds, steps, wall_start)
+    clean = [c for c in plan if c.experiment == "clean"]
+    noisy = [c for c in plan if c.experiment == "noise"]
+    print(
+        f"# bench/optimizers.py: digits, MLP 64-{HIDDEN}-{HIDDEN}-10, {steps} steps of batch "
+        f"{BATCH}, seeds {seeds}, {points}-point sweeps, torch threads {torch.get_num_threads()}"
+    )
+    print("# accuracies in %, median over seeds; * = registry default; loss = final train loss")
+    print_grid("Clean: every configuration", clean)
+    clean_summary = summarize(clean)
+    print_summary("Clean: defaults and best of sweep (median over seeds)", clean_summary)
+    print_grid(f"Student-t noise (nu={NU}, s={NOISE_SCALE} x RMS(g) per tensor)", noisy)
+    noise_summary = summarize(noisy)
+    print_summary("Student-t noise: defaults and best of sweep", noise_summary)
+    c = claims(clean_summary, noise_summary)
+    summaries = {"clean": clean_summary, "noise": noise_summary}
+    print_claims(c, summaries)
     wall = time.perf_counter() - wall_start
     print(f"\nwall time: {wall:.1f} s ({wall / 60:.1f} min)")
+    print(
+        json.dumps(
+            json_line(args.quick, seeds, steps, points, plan, summaries, c, wall), default=float
+        )
+    )
 
-    result = {
+
+def json_line(
+    quick: bool,
+    seeds: list[int],
+    steps: int,
+    points: int,
+    plan: list[Config],
+    summaries: dict[str, dict[str, dict[str, Any]]],
+    c: Claims,
+    wall: float,
+) -> dict[str, Any]:
+    clean_summary, noise_summary = summaries["clean"], summaries["noise"]
+    return {
         "bench": "optimizers",
         "config": {
             "dataset": "sklearn digits",
@@ -650,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
             "val_fraction": VAL_FRACTION,
             "noise": {"dist": "student-t", "nu": NU, "scale_x_rms_per_tensor": NOISE_SCALE},
             "torch_threads": torch.get_num_threads(),
-            "quick": args.quick,
+            "quick": quick,
         },
         "best_val_acc": {n: s["best_median"] for n, s in clean_summary.items()},
         "best_knob": {n: {s["knob"]: s["best_value"]} for n, s in clean_summary.items()},
@@ -662,16 +429,15 @@ def main(argv: list[str] | None = None) -> None:
         "noise_best_val_acc": {n: s["best_median"] for n, s in noise_summary.items()},
         "noise_best_knob": {n: {s["knob"]: s["best_value"]} for n, s in noise_summary.items()},
         "time_per_step_ms": {n: s["ms_per_step"] for n, s in clean_summary.items()},
-        "samsps_vs_tuned_sam": claim1,
-        "heavy_tail_clip_vs_sgd": claim2,
-        "lionplus_vs_lion": claim3,
-        "muonplus_vs_muon_info": muon_info,
+        "samsps_vs_tuned_sam": c.samsps,
+        "heavy_tail_clip_vs_sgd": c.clip,
+        "lionplus_vs_lion": c.lion,
+        "muonplus_vs_muon_info": c.muon,
         "sweeps": {
-            f"{c.experiment}/{c.name}/{c.knob}={c.value:.4g}": round(c.median, 4) for c in plan
+            f"{x.experiment}/{x.name}/{x.knob}={x.value:.4g}": round(x.median, 4) for x in plan
         },
         "wall_time_s": round(wall, 1),
     }
-    print(json.dumps(result, default=float))
 
 
 if __name__ == "__main__":

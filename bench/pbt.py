@@ -41,25 +41,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import statistics
-import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import TypeAdapter
 
-from bench.version import code_version
+from bench.harness import Bench, EngineMethod, Grid, Job, markdown_table
 from client.models import Parameter
 from client.models import Unit as UnitDocument
 from engines.base import History, Problem, Unit
-from engines.registry import make_engine
 from engines.space import SearchSpace
 from examples.pbt_digits_worker import SEARCH_SPACE, Digits, DigitsTrainer
 from service.problem import to_param
@@ -67,7 +61,6 @@ from service.problem import to_param
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "service", "client", "examples", "bench/pbt.py")
 
-WORKERS = 2
 SEEDS = 3
 POPULATION = 8
 T_MAX = 2000
@@ -75,10 +68,6 @@ INTERVALS = {"pbt-1%": 0.01, "pbt-3%": 0.03, "pbt-10%": 0.10}
 METHODS = ["ipbt", *INTERVALS, "random"]
 #: Claim tolerance: IPBT's median validation accuracy at least the best PBT's minus this.
 TOLERANCE = 0.005
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def problem() -> Problem:
@@ -96,52 +85,53 @@ class BenchTrial:
     unit: UnitDocument
 
 
-def run_scheduler(method: str, seed: int, population: int, t_max: int) -> dict[str, Any]:
-    """Drive ``ipbt`` or ``pbt`` to the end of its schedule; return the run's figures."""
-    import torch
-
-    torch.set_num_threads(1)
+def train_units(
+    method: str, seed: int, population: int, t_max: int, trainer: DigitsTrainer, prob: Problem
+) -> tuple[list[Unit], float]:
+    """Drive ``ipbt`` or ``pbt`` to the end of its schedule; the units and the engine seconds."""
     options: dict[str, Any] = {"t_max": t_max, "population_size": population}
     if method in INTERVALS:
         options["interval"] = max(1, round(INTERVALS[method] * t_max))
-    engine = make_engine("ipbt" if method == "ipbt" else "pbt", options)
+    engine = EngineMethod("ipbt" if method == "ipbt" else "pbt", options, prob)
+    units: list[Unit] = []
+    engine_s = 0.0
+    for version in range(100_000):
+        history = dataclasses.replace(History.empty(prob), units=tuple(units))
+        a = time.perf_counter()
+        proposal = engine.suggest(history, 2 * population, np.random.default_rng([seed, version]))
+        engine_s += time.perf_counter() - a
+        if not len(proposal.X):
+            if proposal.retry_after is None:
+                break
+            raise RuntimeError("every unit was told, yet the engine asks to wait")
+        for x, doc in zip(proposal.X, proposal.units, strict=True):
+            number = len(units)
+            befores: list[float] = []
+            trial = BenchTrial(number, prob.space.decode(x), UnitDocument.model_validate(doc))
+            acc, ref = trainer(
+                trial, lambda n, step, values, out=befores: out.append(values["accuracy"])
+            )
+            units.append(
+                Unit(
+                    number=number,
+                    x=x,
+                    spec=doc,
+                    state="completed",
+                    y=-acc,
+                    y_before=-befores[0] if befores else None,
+                    checkpoint=ref,
+                )
+            )
+    return units, engine_s
+
+
+def run_scheduler(method: str, seed: int, population: int, t_max: int) -> dict[str, Any]:
+    """One ``ipbt`` or ``pbt`` run; the run's figures."""
     prob = problem()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-pbt-") as folder:
         trainer = DigitsTrainer(Path(folder), Digits.load())
-        units: list[Unit] = []
-        state: dict[str, Any] = {}
-        engine_s = 0.0
-        for version in range(100_000):
-            history = dataclasses.replace(History.empty(prob), units=tuple(units))
-            a = time.perf_counter()
-            proposal = engine.suggest(
-                prob, history, 2 * population, state, np.random.default_rng([seed, version])
-            )
-            engine_s += time.perf_counter() - a
-            state = proposal.state
-            if not len(proposal.X):
-                if proposal.retry_after is None:
-                    break
-                raise RuntimeError("every unit was told, yet the engine asks to wait")
-            for x, doc in zip(proposal.X, proposal.units, strict=True):
-                number = len(units)
-                befores: list[float] = []
-                trial = BenchTrial(number, prob.space.decode(x), UnitDocument.model_validate(doc))
-                acc, ref = trainer(
-                    trial, lambda n, step, values, out=befores: out.append(values["accuracy"])
-                )
-                units.append(
-                    Unit(
-                        number=number,
-                        x=x,
-                        spec=doc,
-                        state="completed",
-                        y=-acc,
-                        y_before=-befores[0] if befores else None,
-                        checkpoint=ref,
-                    )
-                )
+        units, engine_s = train_units(method, seed, population, t_max, trainer, prob)
         best = min(units, key=lambda u: (u.y, u.number))
         assert best.y is not None and best.checkpoint is not None
         test = trainer.test_accuracy(best.checkpoint)
@@ -162,9 +152,6 @@ def run_scheduler(method: str, seed: int, population: int, t_max: int) -> dict[s
 
 def run_random(seed: int, population: int, t_max: int) -> dict[str, Any]:
     """``population`` uniform configurations, each trained ``t_max`` steps."""
-    import torch
-
-    torch.set_num_threads(1)
     prob = problem()
     rng = np.random.default_rng([seed, 99])
     t0 = time.perf_counter()
@@ -201,54 +188,20 @@ def run_random(seed: int, population: int, t_max: int) -> dict[str, Any]:
     }
 
 
-def run_one(method: str, seed: int, population: int, t_max: int) -> dict[str, Any]:
-    if method == "random":
-        return run_random(seed, population, t_max)
-    return run_scheduler(method, seed, population, t_max)
+def run_one(job: Job, population: int, t_max: int) -> dict[str, Any]:
+    if job.method == "random":
+        return run_random(job.seed, population, t_max)
+    return run_scheduler(job.method, job.seed, population, t_max)
 
 
 def summary(values: list[float]) -> str:
     return f"{statistics.median(values):.4f} ({min(values):.4f}-{max(values):.4f})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, P = 4, t_max = 400")
-    parser.add_argument("--seeds", type=int)
-    parser.add_argument("--methods", help=f"comma-separated subset of {METHODS}")
-    args = parser.parse_args(argv)
-    population, t_max = (4, 400) if args.quick else (POPULATION, T_MAX)
-    seeds = args.seeds or (1 if args.quick else SEEDS)
-    methods = [m for m in METHODS if m in (args.methods.split(",") if args.methods else METHODS)]
-    wall0 = time.perf_counter()
-    version = code_version(*CODE_PATHS)
-    print(
-        f"# bench/pbt.py ({'quick' if args.quick else 'full'}), asktell {version}; Python "
-        f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, {WORKERS} workers x 1 torch thread, "
-        f"load average {os.getloadavg()[0]:.2f}; P = {population}, t_max = {t_max}, "
-        f"seeds {seeds}",
-        flush=True,
-    )
-    jobs = [(m, s) for s in range(seeds) for m in methods]
-    results: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(WORKERS, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, m, s, population, t_max): (m, s) for m, s in jobs}
-        for fut in as_completed(futures):
-            r = fut.result()
-            results.append(r)
-            log(
-                f"  {r['method']} seed {r['seed']}: val {r['val_acc']:.4f}, test "
-                f"{r['test_acc']:.4f}, {r['units']} units, {r['run_s']:.0f} s "
-                f"(wall {(time.perf_counter() - wall0) / 60:.1f} min)"
-            )
-    by_method = {
-        m: sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
-        for m in methods
-    }
-    print()
-    print("| method | val acc, median (min-max) | test acc | s per run | units | restarts |")
-    print("| --- | --- | --- | --- | --- | --- |")
+def print_tables(by_method: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """The per-method and per-run tables; the medians of each method that ran."""
     medians: dict[str, dict[str, float]] = {}
+    rows = []
     for m, runs in by_method.items():
         if not runs:
             continue
@@ -259,66 +212,121 @@ def main(argv: list[str] | None = None) -> int:
             "test_acc": statistics.median(test),
             "run_s": statistics.median(r["run_s"] for r in runs),
         }
-        print(
-            f"| {m} | {summary(val)} | {summary(test)} | {medians[m]['run_s']:.0f} | "
-            f"{statistics.median(r['units'] for r in runs):.0f} | "
-            f"{statistics.median(r['restarts'] for r in runs):.0f} |"
+        units = statistics.median(r["units"] for r in runs)
+        restarts = statistics.median(r["restarts"] for r in runs)
+        rows.append(
+            [
+                m,
+                summary(val),
+                summary(test),
+                f"{medians[m]['run_s']:.0f}",
+                f"{units:.0f}",
+                f"{restarts:.0f}",
+            ]
         )
     print()
-    print("| method | seed | val acc | test acc | s | engine s | units | steps | best params |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for m, runs in by_method.items():
-        for r in runs:
-            params = ", ".join(
-                f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in r["best_params"].items()
-            )
-            print(
-                f"| {m} | {r['seed']} | {r['val_acc']:.4f} | {r['test_acc']:.4f} | "
-                f"{r['run_s']:.0f} | {r['engine_s']:.1f} | {r['units']} | {r['steps']} | {params} |"
-            )
+    header = ["method", "val acc, median (min-max)", "test acc", "s per run", "units", "restarts"]
+    markdown_table(header, rows)
+    print()
+    markdown_table(
+        ["method", "seed", "val acc", "test acc", "s", "engine s", "units", "steps", "best params"],
+        (
+            [
+                m,
+                r["seed"],
+                f"{r['val_acc']:.4f}",
+                f"{r['test_acc']:.4f}",
+                f"{r['run_s']:.0f}",
+                f"{r['engine_s']:.1f}",
+                r["units"],
+                r["steps"],
+                params_text(r["best_params"]),
+            ]
+            for m, runs in by_method.items()
+            for r in runs
+        ),
+    )
+    return medians
+
+
+def params_text(params: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in params.items()
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, P = 4, t_max = 400")
+    parser.add_argument("--seeds", type=int)
+    # "%" doubled: argparse formats help strings with %.
+    methods_help = f"comma-separated subset of {METHODS}".replace("%", "%%")
+    parser.add_argument("--methods", help=methods_help)
+    args = parser.parse_args(argv)
+    population, t_max = (4, 400) if args.quick else (POPULATION, T_MAX)
+    seeds = args.seeds or (1 if args.quick else SEEDS)
+    methods = [m for m in METHODS if m in (args.methods.split(",") if args.methods else METHODS)]
+    bench = Bench("pbt", bool(args.quick), CODE_PATHS)
+    bench.header(f"2 workers x 1 torch thread; P = {population}, t_max = {t_max}, seeds {seeds}")
+    results: list[dict[str, Any]] = []
+
+    def record(job: Job, r: dict[str, Any]) -> None:
+        results.append(r)
+        bench.progress(
+            f"  {r['method']} seed {r['seed']}: val {r['val_acc']:.4f}, test "
+            f"{r['test_acc']:.4f}, {r['units']} units, {r['run_s']:.0f} s"
+        )
+
+    with Grid(bench) as grid:
+        jobs = [Job("digits", m, s) for s in range(seeds) for m in methods]
+        grid.run(run_one, jobs, record, population, t_max)
+    by_method = {
+        m: sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
+        for m in methods
+    }
+    medians = print_tables(by_method)
+    out = {
+        "bench": "pbt",
+        "version": bench.version,
+        "quick": bool(args.quick),
+        "population": population,
+        "t_max": t_max,
+        "seeds": seeds,
+    }
+    bench.report(out | claim(medians))
+    return 130 if grid.interrupted else 0
+
+
+def claim(medians: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """IPBT against PBT at its best interval: the line that says so and the JSON figures."""
     pbt = {m: medians[m]["val_acc"] for m in INTERVALS if m in medians}
     best_interval = max(pbt, key=lambda m: pbt[m]) if pbt else None
-    claim = (
+    held = (
         medians["ipbt"]["val_acc"] >= pbt[best_interval] - TOLERANCE
         if best_interval and "ipbt" in medians
         else None
     )
-    wall = time.perf_counter() - wall0
     print()
     if best_interval and "ipbt" in medians:
         print(
             f"IPBT median validation accuracy {medians['ipbt']['val_acc']:.4f} vs PBT at its best "
             f"interval ({best_interval}) {pbt[best_interval]:.4f}: claim "
-            f"{'HELD' if claim else 'NOT HELD'} (tolerance {TOLERANCE * 100:.1f} points)"
+            f"{'HELD' if held else 'NOT HELD'} (tolerance {TOLERANCE * 100:.1f} points)"
         )
-    print(f"wall time {wall / 60:.1f} min")
-    print(
-        json.dumps(
-            {
-                "bench": "pbt",
-                "version": version,
-                "quick": bool(args.quick),
-                "population": population,
-                "t_max": t_max,
-                "seeds": seeds,
-                "ipbt_val_acc": medians.get("ipbt", {}).get("val_acc"),
-                "ipbt_test_acc": medians.get("ipbt", {}).get("test_acc"),
-                "pbt_best_interval": best_interval,
-                "pbt_best_interval_val_acc": pbt.get(best_interval) if best_interval else None,
-                "pbt_best_interval_test_acc": (
-                    medians[best_interval]["test_acc"] if best_interval else None
-                ),
-                "pbt_val_acc_by_interval": pbt,
-                "random_search_val_acc": medians.get("random", {}).get("val_acc"),
-                "random_search_test_acc": medians.get("random", {}).get("test_acc"),
-                "claim_held": claim,
-                "s_per_run": {m: v["run_s"] for m, v in medians.items()},
-                "wall_s": round(wall, 1),
-            }
-        )
-    )
-    return 0
+    return {
+        "ipbt_val_acc": medians.get("ipbt", {}).get("val_acc"),
+        "ipbt_test_acc": medians.get("ipbt", {}).get("test_acc"),
+        "pbt_best_interval": best_interval,
+        "pbt_best_interval_val_acc": pbt.get(best_interval) if best_interval else None,
+        "pbt_best_interval_test_acc": (
+            medians[best_interval]["test_acc"] if best_interval else None
+        ),
+        "pbt_val_acc_by_interval": pbt,
+        "random_search_val_acc": medians.get("random", {}).get("val_acc"),
+        "random_search_test_acc": medians.get("random", {}).get("test_acc"),
+        "claim_held": held,
+        "s_per_run": {m: v["run_s"] for m, v in medians.items()},
+    }
 
 
 if __name__ == "__main__":

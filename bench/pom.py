@@ -99,70 +99,39 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import signal
-import statistics
-import sys
 import time
-import warnings
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
-import optuna
 import torch  # before anything else that could touch threads
-from botorch.acquisition.multi_objective.logei import (
-    qLogNoisyExpectedHypervolumeImprovement,
-)
-from botorch.acquisition.multi_objective.parego import qLogNParEGO
-from botorch.exceptions.errors import ModelFittingError
-from botorch.exceptions.warnings import BotorchWarning
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import ModelListGP, SingleTaskGP
-from botorch.models.transforms.outcome import Standardize
-from botorch.optim.optimize import optimize_acqf, optimize_acqf_list
-from botorch.sampling.normal import SobolQMCNormalSampler
-from botorch.utils.sampling import sample_simplex
-from gpytorch.mlls.sum_marginal_log_likelihood import SumMarginalLogLikelihood
-from gpytorch.utils.warnings import GPInputWarning, NumericalWarning
-from scipy.stats import qmc
 
-from bench.pom_reference import SPECS, Evaluator, Spec, normalize_front, reference
-from bench.version import code_version
-from engines.base import History, Problem
-from engines.metrics import (
-    emd,
-    hypervolume,
-    igd,
-    non_dominated,
-    non_dominated_share,
+from bench.harness import WORKERS, Bench, Grid, Job, log
+from bench.pom_peers import Q, initial_design, make_method, quiet_warnings, worker_setup
+from bench.pom_reference import SPECS, Evaluator
+from bench.pom_report import (
+    Reference,
+    Run,
+    build_reference,
+    compare,
+    fmt_s,
+    json_figures,
+    print_problems,
+    print_results,
+    print_targets,
+    problem_figures,
+    run_metrics,
+    summarize,
 )
-from engines.registry import make_engine
-from engines.space import FloatParam, SearchSpace
+from engines.base import History
+from engines.metrics import hypervolume, non_dominated_share
 
 #: The files whose changes make the reported code version "+dirty".
 CODE_PATHS = ("engines", "bench/pom.py")
 
-Q = 4
-#: Runs go to this many worker processes with one torch thread each (the machine has 2 cores).
-WORKERS = 2
 METHODS = ["pom", "qlognehvi", "qlognparego", "sobol", "nsga2"]
-#: Methods run through the engine contract (``pom`` as ``--engine``, default pom): ``mwgd`` is
-#: not part of this bench's default run; bench/mwgd.py runs it here with ``--methods``.
-ENGINE_METHODS = ("pom", "mwgd")
 KNOWN_METHODS = ["pom", "mwgd", "qlognehvi", "qlognparego", "sobol", "nsga2"]
-LABELS = {
-    "pom": "POM (engine)",
-    "mwgd": "mwgd (engine)",
-    "qlognehvi": "qLogNEHVI",
-    "qlognparego": "qLogNParEGO",
-    "sobol": "Sobol",
-    "nsga2": "NSGA-II (Optuna)",
-}
-PROBLEMS = ["branincurrin", "dtlz2", "zdt3", "vehiclesafety"]
+PROBLEMS = list(SPECS)
 QUICK_PROBLEMS = ["branincurrin", "zdt3", "vehiclesafety"]
 QUICK_BATCHES = {"branincurrin": 4, "dtlz2": 4, "zdt3": 4, "vehiclesafety": 3}
 SEEDS = 5
@@ -174,15 +143,6 @@ PAREGO_CORE_SEEDS = 1
 #: Deadline guard (minutes): a seed that would end later is not started.
 BUDGET_MIN = 88.0
 QUICK_BUDGET_MIN = 5.0
-# BoTorch tutorial settings.
-NUM_RESTARTS = 10
-RAW_SAMPLES = 512
-MC_SAMPLES = 128
-ACQF_OPTIONS = {"batch_limit": 5, "maxiter": 200}
-# Targets.
-HV_WINS_SHARE = 0.75  # >= 3 of 4 problems
-EMD_RATIO_MAX = 0.8
-TIME_RATIO_MAX = 2.0
 
 # Plan estimates: seconds per batch (fit + acquisition) of one run, one torch thread beside
 # another run, flat for any number of batches (the acquisition optimization dominates at these
@@ -199,14 +159,6 @@ EST_S_PER_BATCH: dict[str, dict[str, float]] = {
 EST_REFERENCE_S = {"branincurrin": 0.5, "dtlz2": 0.2, "zdt3": 0.2, "vehiclesafety": 1.2}
 #: Per run: the initial design, hypervolume after every batch, metrics.
 EST_RUN_OVERHEAD_S = 0.5
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def seed_int(*parts: int) -> int:
-    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
 
 # --- settings -------------------------------------------------------------------------------
@@ -280,407 +232,7 @@ def plan_estimate(s: Settings) -> dict[str, float]:
     return est
 
 
-# --- methods --------------------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    """One (problem, seed, method) run: the evaluated points and the cost of each batch."""
-
-    X: np.ndarray
-    Y: np.ndarray
-    batch_s: list[float] = field(default_factory=list)
-    fit_s: list[float] = field(default_factory=list)
-    nd_shares: list[float] = field(default_factory=list)
-    hv_trace: list[float] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def initial_design(spec: Spec, seed: int) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "balance properties" for n not a power of 2
-        return qmc.Sobol(spec.d, scramble=True, seed=seed).random(2 * (spec.d + 1))
-
-
-def engine_problem(spec: Spec, f: Evaluator) -> Problem:
-    space = SearchSpace(
-        [FloatParam(f"x{i}", float(f.low[i]), float(f.high[i])) for i in range(spec.d)]
-    )
-    return Problem(space, n_objectives=spec.m, reference_point=f.ref_point.copy())
-
-
-class Proposer:
-    """``propose(X, Y, batch) -> (U: (q, d), fit seconds or None)`` for one run."""
-
-    def __init__(self, method: str, spec: Spec, f: Evaluator, seed: int, s: Settings) -> None:
-        self.method, self.spec, self.f, self.seed, self.s = method, spec, f, seed, s
-        self.state: dict[str, Any] = {}
-        self.fit_failures = 0
-        self.fallbacks: dict[str, int] = {}  # pom: points from the Sobol fallback, by reason
-        self.relaxed = 0  # pom: asks whose sample Pareto sets ignored observed dominators
-        if method in ENGINE_METHODS:
-            self.engine_name = s.engine if method == "pom" else method
-            options = s.engine_options if method == "pom" else s.mwgd_options
-            self.engine = make_engine(self.engine_name, options)
-            self.problem = engine_problem(spec, f)
-            self.rng = np.random.default_rng(seed_int(seed, PROBLEMS.index(spec.key), 1))
-        elif method == "sobol":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.sobol = qmc.Sobol(spec.d, scramble=True, seed=seed)
-                self.sobol.random(2 * (spec.d + 1))  # the initial design comes first
-        elif method == "nsga2":
-            optuna.logging.set_verbosity(optuna.logging.WARNING)
-            self.sampler = optuna.samplers.NSGAIISampler(
-                population_size=2 * (spec.d + 1), seed=seed_int(seed, PROBLEMS.index(spec.key))
-            )
-            self.study = optuna.create_study(directions=["minimize"] * spec.m, sampler=self.sampler)
-            self.names = [f"x{i}" for i in range(spec.d)]
-
-    def start(self, U0: np.ndarray, Y0: np.ndarray) -> None:
-        """Tell the initial design (NSGA-II: as its generation 0)."""
-        if self.method != "nsga2":
-            return
-        for u in U0:
-            self.study.enqueue_trial({n: float(v) for n, v in zip(self.names, u, strict=True)})
-        trials = [self.study.ask() for _ in U0]
-        for t in trials:
-            # Enqueued (fixed) parameters bypass the sampler, which then never assigns the
-            # trial a generation; asking for the relative parameters assigns generation 0
-            # (no trial is complete yet) and samples nothing (generation 0 has no parents).
-            _ = t.relative_params
-        for t, u, y in zip(trials, U0, Y0, strict=True):
-            got = [t.suggest_float(n, 0.0, 1.0) for n in self.names]
-            if not np.allclose(got, u):
-                raise RuntimeError("NSGA-II did not take the enqueued initial design")
-            self.study.tell(t, [float(v) for v in y])
-        if len(self.sampler.get_population(self.study, 0)) != len(U0):
-            raise RuntimeError("NSGA-II generation 0 is not the initial design")
-
-    def propose(self, X: np.ndarray, Y: np.ndarray, batch: int) -> tuple[np.ndarray, float | None]:
-        if self.method in ENGINE_METHODS:
-            d = X.shape[1]
-            history = History(X, Y, np.zeros((len(X), 0)), np.zeros((0, d)))
-            proposal = self.engine.suggest(self.problem, history, Q, self.state, self.rng)
-            self.state = proposal.state
-            for det in proposal.details:
-                if "fallback" in det:
-                    reason = str(det["fallback"])[:60]
-                    self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
-            if any(det.get("pom", {}).get("relaxed") for det in proposal.details):
-                self.relaxed += 1
-            U = np.asarray(proposal.X, dtype=np.float64)
-            if U.shape != (Q, d) or not np.all(np.isfinite(U)):
-                raise RuntimeError(f"engine {self.engine_name} returned {U.shape}")
-            return np.clip(U, 0.0, 1.0), None
-        if self.method == "sobol":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return self.sobol.random(Q), None
-        if self.method == "nsga2":
-            self.trials = [self.study.ask() for _ in range(Q)]
-            U = np.array([[t.suggest_float(n, 0.0, 1.0) for n in self.names] for t in self.trials])
-            return U, None
-        return self.botorch(X, Y, batch)
-
-    def tell(self, Y_new: np.ndarray) -> None:
-        if self.method == "nsga2":
-            for t, y in zip(self.trials, Y_new, strict=True):
-                self.study.tell(t, [float(v) for v in y])
-
-    def botorch(self, X: np.ndarray, Y: np.ndarray, batch: int) -> tuple[np.ndarray, float]:
-        """One batch of qLogNEHVI or qLogNParEGO, as in BoTorch's multi-objective tutorial."""
-        torch.manual_seed(seed_int(self.seed, PROBLEMS.index(self.spec.key), 2, batch))
-        t0 = time.perf_counter()
-        train_x = torch.as_tensor(X, dtype=torch.double)
-        train_obj = -torch.as_tensor(Y, dtype=torch.double)  # BoTorch maximizes
-        models = [
-            SingleTaskGP(train_x, train_obj[:, i : i + 1], outcome_transform=Standardize(m=1))
-            for i in range(train_obj.shape[1])
-        ]
-        model = ModelListGP(*models)
-        mll = SumMarginalLogLikelihood(model.likelihood, model)
-        try:
-            fit_gpytorch_mll(mll)
-        except ModelFittingError:  # keep the prior hyperparameters; counted in the JSON
-            self.fit_failures += 1
-        fit_s = time.perf_counter() - t0
-        bounds = torch.stack([torch.zeros(X.shape[1]), torch.ones(X.shape[1])]).double()
-        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([MC_SAMPLES]))
-        if self.method == "qlognehvi":
-            acq = qLogNoisyExpectedHypervolumeImprovement(
-                model=model,
-                ref_point=(-self.f.ref_point).tolist(),
-                X_baseline=train_x,
-                prune_baseline=True,
-                sampler=sampler,
-            )
-            cand, _ = optimize_acqf(
-                acq_function=acq,
-                bounds=bounds,
-                q=Q,
-                num_restarts=NUM_RESTARTS,
-                raw_samples=RAW_SAMPLES,
-                options=dict(ACQF_OPTIONS),
-                sequential=True,
-            )
-        else:
-            acqs = [
-                qLogNParEGO(
-                    model=model,
-                    X_baseline=train_x,
-                    scalarization_weights=sample_simplex(
-                        train_obj.shape[1], dtype=torch.double
-                    ).squeeze(),
-                    sampler=sampler,
-                    prune_baseline=True,
-                )
-                for _ in range(Q)
-            ]
-            cand, _ = optimize_acqf_list(
-                acq_function_list=acqs,
-                bounds=bounds,
-                num_restarts=NUM_RESTARTS,
-                raw_samples=RAW_SAMPLES,
-                options=dict(ACQF_OPTIONS),
-            )
-        return cand.detach().numpy().astype(np.float64), fit_s
-
-
-def quiet_warnings() -> None:
-    """As the tutorial (BadInitialCandidatesWarning, RuntimeWarning), plus the other numerical
-    notices of BoTorch and GPyTorch (fits that stop at their iteration limit, jitter added)."""
-    for category in (BotorchWarning, NumericalWarning, GPInputWarning, RuntimeWarning):
-        warnings.filterwarnings("ignore", category=category)
-
-
-def run_job(p: str, m: str, seed: int, s: Settings) -> tuple[Run, float]:
-    """One run in a worker process (one torch thread); the run and its wall seconds."""
-    torch.set_num_threads(1)
-    quiet_warnings()
-    t0 = time.perf_counter()
-    run = run_one(SPECS[p], Evaluator(SPECS[p]), seed, m, s)
-    return run, time.perf_counter() - t0
-
-
-def run_one(spec: Spec, f: Evaluator, seed: int, method: str, s: Settings) -> Run:
-    U0 = initial_design(spec, seed)
-    Y0 = f(U0)
-    run = Run(U0.copy(), Y0.copy())
-    proposer = Proposer(method, spec, f, seed, s)
-    proposer.start(U0, Y0)
-    run.hv_trace.append(hypervolume(run.Y, f.ref_point) / f.max_hv)
-    for b in range(s.batches[spec.key]):
-        t0 = time.perf_counter()
-        U, fit_s = proposer.propose(run.X, run.Y, b)
-        run.batch_s.append(time.perf_counter() - t0)
-        if fit_s is not None:
-            run.fit_s.append(fit_s)
-        Y_new = f(U)
-        proposer.tell(Y_new)
-        run.nd_shares.append(float(non_dominated_share(Y_new, run.Y)))
-        run.X = np.vstack([run.X, U])
-        run.Y = np.vstack([run.Y, Y_new])
-        run.hv_trace.append(hypervolume(run.Y, f.ref_point) / f.max_hv)
-    if proposer.fit_failures:
-        run.notes.append(f"{proposer.fit_failures} GP fit failures")
-    for reason, k in proposer.fallbacks.items():
-        run.notes.append(f"Sobol fallback points ({reason}): {k}")
-    if proposer.relaxed:
-        run.notes.append(f"asks with relaxed Pareto sets: {proposer.relaxed}")
-    return run
-
-
-# --- metrics --------------------------------------------------------------------------------
-
-
-@dataclass
-class Reference:
-    pareto_set: np.ndarray
-    front: np.ndarray
-    front_hv_share: float
-    seconds: float
-
-
-def run_metrics(run: Run, f: Evaluator, ref: Reference) -> dict[str, Any]:
-    nd = non_dominated(run.Y)
-    hv = hypervolume(run.Y, f.ref_point)
-    gap = f.max_hv - hv
-    return {
-        "hv": hv,
-        "hv_share": hv / f.max_hv,
-        "log10_hv_gap": math.log10(gap) if gap > 0 else None,
-        "emd": float(emd(run.X[nd], ref.pareto_set)),
-        "emd_all": float(emd(run.X, ref.pareto_set)),
-        "igd": float(
-            igd(normalize_front(run.Y[nd], ref.front), normalize_front(ref.front, ref.front))
-        ),
-        "nd_share": statistics.fmean(run.nd_shares) if run.nd_shares else None,
-        "s_per_batch": statistics.fmean(run.batch_s) if run.batch_s else None,
-        "fit_s_per_batch": statistics.fmean(run.fit_s) if run.fit_s else None,
-        "n_pareto": int(nd.sum()),
-        "n": len(run.Y),
-        "hv_trace": run.hv_trace,
-        "notes": run.notes,
-    }
-
-
-SUMMARY_KEYS = [
-    "hv_share",
-    "log10_hv_gap",
-    "emd",
-    "emd_all",
-    "igd",
-    "nd_share",
-    "s_per_batch",
-    "fit_s_per_batch",
-    "n_pareto",
-]
-
-
-def summarize(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"seeds": len(per_seed)}
-    for k in SUMMARY_KEYS:
-        vals = [r[k] for r in per_seed if r[k] is not None]
-        out[k] = statistics.median(vals) if vals else None
-        out[f"{k}_min"] = min(vals) if vals else None
-        out[f"{k}_max"] = max(vals) if vals else None
-        out[f"{k}_per_seed"] = [r[k] for r in per_seed]
-    traces = [r["hv_trace"] for r in per_seed]
-    n = min(len(t) for t in traces)
-    out["hv_share_trace_median"] = [statistics.median(t[i] for t in traces) for i in range(n)]
-    out["notes"] = sorted({note for r in per_seed for note in r["notes"]})
-    return out
-
-
-def build_reference(key: str, f: Evaluator) -> Reference:
-    t0 = time.perf_counter()
-    pareto_set, front = reference(key)
-    share = hypervolume(front, f.ref_point) / f.max_hv if f.spec.m == 2 else float("nan")
-    if f.spec.m > 2:
-        from bench.pom_reference import hv_share_torch
-
-        share = hv_share_torch(front, f.ref_point, f.max_hv)
-    return Reference(pareto_set, front, share, time.perf_counter() - t0)
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-def fmt(v: float | None, digits: int = 4) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    return f"{v:.{digits}g}"
-
-
-def fmt_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.3f}" if v < 1 else f"{v:.2f}"
-
-
-def check(value: float | None, target: float, below: bool = True) -> dict[str, Any]:
-    if value is None:
-        return {"value": None, "target": target, "met": None}
-    met = value <= target if below else value >= target
-    return {"value": value, "target": target, "met": bool(met)}
-
-
-def print_tables(
-    s: Settings,
-    results: dict[str, dict[str, dict[str, Any]]],
-    refs: dict[str, Reference],
-    evals: dict[str, Evaluator],
-) -> None:
-    print("\n## Problems and references\n")
-    print(
-        "| problem | d | m | batches x q | ref point (min.) | max HV | max HV from "
-        "| reference set / front points | front HV share |"
-    )
-    print("|---|---:|---:|---:|---|---:|---|---:|---:|")
-    for p in s.problems:
-        spec, f = SPECS[p], evals[p]
-        r = refs.get(p)
-        ref_pt = ", ".join(f"{v:.5g}" for v in f.ref_point)
-        print(
-            f"| {spec.label} | {spec.d} | {spec.m} | {s.batches[p]} x {Q} | [{ref_pt}] | "
-            f"{f.max_hv:.6g} | {spec.max_hv_source} | "
-            f"{len(r.pareto_set) if r else '-'} / {len(r.front) if r else '-'} | "
-            f"{fmt(r.front_hv_share, 5) if r else '-'} |"
-        )
-    print(
-        "(front HV share: the hypervolume of the 2,000-point reference front over max HV, a check "
-        "of the reference; initial design 2 (d + 1) Sobol points)"
-    )
-    print("\n## Results: median over the seeds that ran (their count in each row; min - max)\n")
-    print(
-        "| problem | method | seeds | HV share | log10 HV gap | EMD (Pareto pts) | EMD (all pts) "
-        "| IGD | batch non-dominated share | s / batch | fit s / batch | Pareto pts |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for p in s.problems:
-        for m in s.methods:
-            r = results.get(p, {}).get(m)
-            if r is None:
-                continue
-            print(
-                f"| {SPECS[p].label} | {LABELS[m]} | {r['seeds']} | {fmt(r['hv_share'])} "
-                f"({fmt(r['hv_share_min'], 3)} - {fmt(r['hv_share_max'], 3)}) | "
-                f"{fmt(r['log10_hv_gap'], 3)} | {fmt(r['emd'], 3)} "
-                f"({fmt(r['emd_min'], 2)} - {fmt(r['emd_max'], 2)}) | {fmt(r['emd_all'], 3)} | "
-                f"{fmt(r['igd'], 3)} | {fmt(r['nd_share'], 2)} | {fmt_s(r['s_per_batch'])} | "
-                f"{fmt_s(r['fit_s_per_batch'])} | {fmt(r['n_pareto'], 3)} |"
-            )
-    print(
-        "(EMD: unit cube / sqrt(d), lower is better; IGD on objectives scaled by the reference "
-        "front's ideal and nadir; s / batch: fit + acquisition)"
-    )
-    notes = [
-        f"- {SPECS[p].label} {LABELS[m]}: {note}"
-        for p in s.problems
-        for m in s.methods
-        for note in results.get(p, {}).get(m, {}).get("notes", [])
-    ]
-    if notes:
-        print("\nNotes (per run; any seed):\n" + "\n".join(notes))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 2 problems: < 5 min")
-    parser.add_argument("--plan", action="store_true", help="print the plan and exit")
-    parser.add_argument("--problems", help=f"comma list of {','.join(PROBLEMS)}")
-    parser.add_argument("--methods", help=f"comma list of {','.join(KNOWN_METHODS)}")
-    parser.add_argument("--seeds", type=int, help="number of seeds (default 5, quick 1)")
-    parser.add_argument(
-        "--batches", type=int, help="batches per run (default 20; VehicleSafety gets half)"
-    )
-    parser.add_argument(
-        "--parego-seeds",
-        type=int,
-        help=f"seeds of qLogNParEGO, the first ones (default {PAREGO_SEEDS})",
-    )
-    parser.add_argument(
-        "--budget-min",
-        type=float,
-        help=f"start no seed that would end past this many minutes (default {BUDGET_MIN})",
-    )
-    parser.add_argument("--engine", default="pom", help="engine run as 'pom' (default pom)")
-    parser.add_argument("--engine-options", help="JSON options of that engine (default {})")
-    parser.add_argument("--mwgd-options", help="JSON options of the mwgd engine (default {})")
-    args = parser.parse_args(argv)
-    s = Settings.from_args(args)
-    torch.set_num_threads(2)  # the reference sets, in this process; runs use one thread each
-    quiet_warnings()
-    signal.signal(signal.SIGTERM, _interrupt)
-    wall0 = time.perf_counter()
-    version = code_version(*CODE_PATHS)
-    est = plan_estimate(s)
-    print(
-        f"# bench/pom.py ({'quick' if s.quick else 'full'}), asktell {version}; Python "
-        f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, {WORKERS} workers x 1 torch "
-        f"thread, load average {os.getloadavg()[0]:.2f}"
-    )
+def print_plan(s: Settings, est: dict[str, float]) -> None:
     print(f"plan (estimated seconds of one worker; wall about 1/{WORKERS} of the total):")
     print(f"  reference sets {est['reference sets']:.0f}")
     for p in s.problems:
@@ -706,235 +258,205 @@ def main(argv: list[str] | None = None) -> int:
         f"{s.methods}, pom = engine {s.engine!r} {s.engine_options}",
         flush=True,
     )
-    if args.plan:
-        return 0
 
-    evals = {p: Evaluator(SPECS[p]) for p in s.problems}
-    refs: dict[str, Reference] = {}
-    per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {
-        p: {m: [] for m in s.methods} for p in s.problems
-    }
-    part_s: dict[str, float] = {}
-    interrupted = False
+
+# --- one run --------------------------------------------------------------------------------
+
+
+def run_job(job: Job, s: Settings) -> tuple[Run, float]:
+    """One run in a worker process (one torch thread); the run and its wall seconds."""
+    t0 = time.perf_counter()
+    run = run_one(job.problem, job.seed, job.method, s)
+    return run, time.perf_counter() - t0
+
+
+def run_one(key: str, seed: int, method: str, s: Settings) -> Run:
+    spec, f = SPECS[key], Evaluator(SPECS[key])
+    U0 = initial_design(spec, seed)
+    Y0 = f(U0)
+    run = Run(U0.copy(), Y0.copy())
+    engines = {"pom": (s.engine, s.engine_options), "mwgd": ("mwgd", s.mwgd_options)}
+    proposer = make_method(method, spec, f, seed, engines)
+    proposer.start(U0, Y0, np.zeros((len(U0), 0)))
+    run.hv_trace.append(hypervolume(run.Y, f.ref_point) / f.max_hv)
+    for _ in range(s.batches[key]):
+        t0 = time.perf_counter()
+        history = History(run.X, run.Y, np.zeros((len(run.X), 0)), np.zeros((0, spec.d)))
+        U = proposer.propose(history, Q)
+        run.batch_s.append(time.perf_counter() - t0)
+        if proposer.fit_s is not None:
+            run.fit_s.append(proposer.fit_s)
+        Y_new = f(U)
+        proposer.tell(U, Y_new, np.zeros((len(U), 0)))
+        run.nd_shares.append(float(non_dominated_share(Y_new, run.Y)))
+        run.X = np.vstack([run.X, U])
+        run.Y = np.vstack([run.Y, Y_new])
+        run.hv_trace.append(hypervolume(run.Y, f.ref_point) / f.max_hv)
+    if proposer.fit_failures:
+        run.notes.append(f"{proposer.fit_failures} GP fit failures")
+    for reason, k in proposer.fallbacks.items():
+        run.notes.append(f"Sobol fallback points ({reason}): {k}")
+    if proposer.relaxed:
+        run.notes.append(f"asks with relaxed Pareto sets: {proposer.relaxed}")
+    return run
+
+
+# --- the grid -------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What the grid ran: the metrics of every run and what it left out."""
+
+    per_seed: dict[str, dict[str, list[dict[str, Any]]]]
+    refs: dict[str, Reference] = field(default_factory=dict)
+    part_s: dict[str, float] = field(default_factory=dict)
     stopped_early: str | None = None
-    deadline = wall0 + 60.0 * s.budget_min
-    run_s: dict[tuple[str, str], list[float]] = {}
-    deferred: list[tuple[int, str]] = []
-    skipped: list[str] = []
+    skipped: list[str] = field(default_factory=list)
+    interrupted: bool = False
 
-    def record(seed: int, p: str, m: str, run: Run, dt: float) -> None:
-        spec, f = SPECS[p], evals[p]
-        res = run_metrics(run, f, refs[p])
-        per_seed[p][m].append(res)
-        part_s[f"{p} {m}"] = part_s.get(f"{p} {m}", 0.0) + dt
+
+def run_all(
+    s: Settings, bench: Bench, est: dict[str, float], evals: dict[str, Evaluator]
+) -> Outcome:
+    """Seed by seed (the runs of a seed longest first), then the late qLogNParEGO seeds."""
+    out = Outcome({p: {m: [] for m in s.methods} for p in s.problems})
+    run_s: dict[tuple[str, str], list[float]] = {}
+
+    def record(job: Job, result: tuple[Run, float]) -> None:
+        run, dt = result
+        p, m = job.problem, job.method
+        res = run_metrics(run, evals[p], out.refs[p])
+        out.per_seed[p][m].append(res)
+        out.part_s[f"{p} {m}"] = out.part_s.get(f"{p} {m}", 0.0) + dt
         run_s.setdefault((p, m), []).append(dt)
-        log(
-            f"  {spec.label} seed {seed} {m}: HV share {res['hv_share']:.4f}, EMD "
-            f"{res['emd']:.4f}, IGD {res['igd']:.4f}, {fmt_s(res['s_per_batch'])} s/batch "
-            f"({dt:.0f} s; wall {(time.perf_counter() - wall0) / 60:.1f} min)"
+        bench.progress(
+            f"  {SPECS[p].label} seed {job.seed} {m}: HV share {res['hv_share']:.4f}, EMD "
+            f"{res['emd']:.4f}, IGD {res['igd']:.4f}, {fmt_s(res['s_per_batch'])} s/batch, "
+            f"{dt:.0f} s"
         )
 
-    def run_all(pool: ProcessPoolExecutor, seed: int, jobs: list[tuple[str, str]]) -> None:
-        """The jobs of one seed on the pool, the longest first; metrics as they finish."""
-        jobs = sorted(jobs, key=lambda j: -est[f"{j[0]} {j[1]}"])
-        futures = {pool.submit(run_job, p, m, seed, s): (p, m) for p, m in jobs}
-        for fut in as_completed(futures):
-            p, m = futures[fut]
-            record(seed, p, m, *fut.result())
-
-    try:
+    deferred: list[Job] = []
+    with Grid(bench, s.budget_min, initializer=worker_setup) as grid:
         for p in s.problems:
             log(f"{SPECS[p].label}: reference set ...")
-            refs[p] = build_reference(p, evals[p])
-            part_s[f"{p} reference"] = refs[p].seconds
+            out.refs[p] = build_reference(p, evals[p])
+            out.part_s[f"{p} reference"] = out.refs[p].seconds
         seed_s: list[float] = []
-        with ProcessPoolExecutor(WORKERS, mp_context=get_context("spawn")) as pool:
-            for seed in s.seeds:
-                # Deadline guard: a seed that would end past the budget is not started, so
-                # every problem and method keeps the same seeds.
-                if seed_s and time.perf_counter() + max(seed_s) > deadline:
-                    stopped_early = (
-                        f"stopped after {len(seed_s)} of {len(s.seeds)} seeds: the next one "
-                        f"(~{max(seed_s) / 60:.1f} min) would pass the {s.budget_min:g}-minute "
-                        "budget"
-                    )
-                    log(stopped_early)
-                    break
-                t_seed = time.perf_counter()
-                jobs = []
-                for p in s.problems:
-                    for m in s.methods:
-                        if seed >= s.n_seeds(m):
-                            continue
-                        if m == "qlognparego" and seed >= PAREGO_CORE_SEEDS:
-                            deferred.append((seed, p))  # at the end, if time remains
-                            continue
-                        jobs.append((p, m))
-                run_all(pool, seed, jobs)
-                seed_s.append(time.perf_counter() - t_seed)
-            # The late qLogNParEGO runs, WORKERS at a time, each only if it fits.
-            while deferred:
-                batch: list[tuple[int, str]] = []
-                while deferred and len(batch) < WORKERS:
-                    seed, p = deferred.pop(0)
-                    need = max(run_s.get((p, "qlognparego"), [math.inf]))
-                    if time.perf_counter() + need > deadline:
-                        skipped.append(f"{p} seed {seed}")
-                    else:
-                        batch.append((seed, p))
-                futures = {
-                    pool.submit(run_job, p, "qlognparego", seed, s): (seed, p) for seed, p in batch
-                }
-                for fut in as_completed(futures):
-                    seed, p = futures[fut]
-                    record(seed, p, "qlognparego", *fut.result())
-        if skipped:
-            log(f"qLogNParEGO runs skipped for time: {skipped}")
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted: reporting the runs that finished")
-
-    results = {
-        p: {m: summarize(runs) for m, runs in methods.items() if runs}
-        for p, methods in per_seed.items()
-    }
-
-    # --- targets ---
-    def get(p: str, m: str, k: str) -> float | None:
-        return results.get(p, {}).get(m, {}).get(k)
-
-    both = [p for p in s.problems if get(p, "pom", "hv_share") is not None]
-    both = [p for p in both if get(p, "qlognehvi", "hv_share") is not None]
-    need = math.ceil(HV_WINS_SHARE * len(both)) if both else None
-    hv_wins = [p for p in both if get(p, "pom", "hv_share") >= get(p, "qlognehvi", "hv_share")]
-    emd_ratio = {p: get(p, "pom", "emd") / get(p, "qlognehvi", "emd") for p in both}
-    emd_wins = [p for p in both if emd_ratio[p] <= EMD_RATIO_MAX]
-    time_ratio = {
-        p: get(p, "pom", "s_per_batch") / get(p, "qlognehvi", "s_per_batch") for p in both
-    }
-    targets = {
-        "pom_hv_ge_qlognehvi": check(len(hv_wins) if both else None, need or 0, below=False),
-        "pom_emd_le_0.8x_qlognehvi": check(len(emd_wins) if both else None, need or 0, below=False),
-        "pom_time_le_2x_qlognehvi": check(
-            max(time_ratio.values()) if time_ratio else None, TIME_RATIO_MAX
-        ),
-    }
-
-    if results:
-        print_tables(s, results, refs, evals)
-    print("\n## Targets (pom vs qLogNEHVI, medians over seeds)\n")
-    print("| problem | HV share pom / qLogNEHVI | EMD ratio | time ratio |")
-    print("|---|---|---:|---:|")
-    for p in both:
-        print(
-            f"| {SPECS[p].label} | {fmt(get(p, 'pom', 'hv_share'))} / "
-            f"{fmt(get(p, 'qlognehvi', 'hv_share'))} | {emd_ratio[p]:.3f} | "
-            f"{time_ratio[p]:.2f} |"
+        for seed in s.seeds:
+            # Deadline guard: a seed that would end past the budget is not started, so every
+            # problem and method keeps the same seeds.
+            if seed_s and not grid.fits(max(seed_s)):
+                out.stopped_early = (
+                    f"stopped after {len(seed_s)} of {len(s.seeds)} seeds: the next one "
+                    f"(~{max(seed_s) / 60:.1f} min) would pass the {s.budget_min:g}-minute budget"
+                )
+                log(out.stopped_early)
+                break
+            t_seed = time.perf_counter()
+            jobs = [Job(p, m, seed) for p in s.problems for m in s.methods if seed < s.n_seeds(m)]
+            late = [j for j in jobs if j.method == "qlognparego" and seed >= PAREGO_CORE_SEEDS]
+            deferred += late  # at the end, if time remains
+            jobs = sorted(
+                (j for j in jobs if j not in late), key=lambda j: -est[f"{j.problem} {j.method}"]
+            )
+            grid.run(run_job, jobs, record, s)
+            seed_s.append(time.perf_counter() - t_seed)
+        grid.run(
+            run_job,
+            deferred,
+            record,
+            s,
+            need_s=lambda j: max(run_s.get((j.problem, j.method), [math.inf])),
+            skip_label=lambda j: f"{j.problem} seed {j.seed}",
         )
-    print("\n| target | value | goal | result |\n|---|---:|---:|---|")
-    goals = {
-        "pom_hv_ge_qlognehvi": f">= {need} of {len(both)} problems",
-        "pom_emd_le_0.8x_qlognehvi": f">= {need} of {len(both)} problems",
-        "pom_time_le_2x_qlognehvi": f"<= {TIME_RATIO_MAX} (worst problem)",
-    }
-    for name, t in targets.items():
-        v = "n/a" if t["value"] is None else f"{t['value']:.4g}"
-        res = {True: "MET", False: "MISSED", None: "not measured"}[t["met"]]
-        print(f"| {name} | {v} | {goals[name]} | {res} |")
+    out.skipped, out.interrupted = grid.skipped, grid.interrupted
+    if out.skipped:
+        log(f"qLogNParEGO runs skipped for time: {out.skipped}")
+    return out
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, 2 problems: < 5 min")
+    parser.add_argument("--plan", action="store_true", help="print the plan and exit")
+    parser.add_argument("--problems", help=f"comma list of {','.join(PROBLEMS)}")
+    parser.add_argument("--methods", help=f"comma list of {','.join(KNOWN_METHODS)}")
+    parser.add_argument("--seeds", type=int, help="number of seeds (default 5, quick 1)")
+    parser.add_argument(
+        "--batches", type=int, help="batches per run (default 20; VehicleSafety gets half)"
+    )
+    parser.add_argument(
+        "--parego-seeds",
+        type=int,
+        help=f"seeds of qLogNParEGO, the first ones (default {PAREGO_SEEDS})",
+    )
+    parser.add_argument(
+        "--budget-min",
+        type=float,
+        help=f"start no seed that would end past this many minutes (default {BUDGET_MIN})",
+    )
+    parser.add_argument("--engine", default="pom", help="engine run as 'pom' (default pom)")
+    parser.add_argument("--engine-options", help="JSON options of that engine (default {})")
+    parser.add_argument("--mwgd-options", help="JSON options of the mwgd engine (default {})")
+    return parser.parse_args(argv)
+
+
+def print_caveats(s: Settings, o: Outcome) -> None:
     if s.quick:
         print("(--quick: 1 seed, short runs; the targets are indicative only)")
     if s.engine != "pom":
         print(f"(the 'pom' rows are engine {s.engine!r}, not pom)")
-    if interrupted:
+    if o.interrupted:
         print("(INTERRUPTED: partial results)")
-    if stopped_early:
-        print(f"({stopped_early})")
-    if skipped:
-        print(f"(qLogNParEGO runs skipped to stay within the budget: {', '.join(skipped)})")
-    wall = time.perf_counter() - wall0
-    print(
-        f"\nwall time {wall:.1f} s ({wall / 60:.1f} min); parts: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in part_s.items())
-        + f"; load average at the end {os.getloadavg()[0]:.2f}"
-    )
+    if o.stopped_early:
+        print(f"({o.stopped_early})")
+    if o.skipped:
+        print(f"(qLogNParEGO runs skipped to stay within the budget: {', '.join(o.skipped)})")
 
-    r4: Callable[[Any], Any] = lambda v: (  # noqa: E731
-        None if v is None or (isinstance(v, float) and not math.isfinite(v)) else round(v, 4)
-    )
-    problems_out: dict[str, Any] = {}
-    for p, methods in results.items():
-        entry: dict[str, Any] = {}
-        for m, r in methods.items():
-            for k in SUMMARY_KEYS:
-                entry[f"{m}_{k}"] = r4(r[k])
-                entry[f"{m}_{k}_per_seed"] = [r4(v) for v in r[f"{k}_per_seed"]]
-            entry[f"{m}_hv_share_trace"] = [r4(v) for v in r["hv_share_trace_median"]]
-            if r["notes"]:
-                entry[f"{m}_notes"] = r["notes"]
-        if p in both:
-            entry["pom_vs_qlognehvi_emd_ratio"] = r4(emd_ratio[p])
-            entry["pom_vs_qlognehvi_time_ratio"] = r4(time_ratio[p])
-        entry["max_hv"] = r4(evals[p].max_hv)
-        entry["reference_front_hv_share"] = r4(refs[p].front_hv_share) if p in refs else None
-        problems_out[p] = entry
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    s = Settings.from_args(args)
+    torch.set_num_threads(2)  # the reference sets, in this process; runs use one thread each
+    quiet_warnings()
+    bench = Bench("pom", s.quick, CODE_PATHS)
+    est = plan_estimate(s)
+    bench.header(f"{WORKERS} workers x 1 torch thread")
+    print_plan(s, est)
+    if args.plan:
+        return 0
+    evals = {p: Evaluator(SPECS[p]) for p in s.problems}
+    o = run_all(s, bench, est, evals)
+    results = {
+        p: {m: summarize(runs) for m, runs in methods.items() if runs}
+        for p, methods in o.per_seed.items()
+    }
+    c = compare(s, results)
+    if results:
+        print_problems(s, o.refs, evals)
+        print_results(s, results)
+    print_targets(results, c)
+    print_caveats(s, o)
     out: dict[str, Any] = {
         "bench": "pom",
         "quick": s.quick,
-        "interrupted": interrupted,
-        "stopped_early": stopped_early,
-        "qlognparego_skipped": skipped,
-        "code_version": version,
+        "interrupted": o.interrupted,
+        "stopped_early": o.stopped_early,
+        "qlognparego_skipped": o.skipped,
+        "code_version": bench.version,
         "engine": s.engine,
         "engine_options": s.engine_options,
         "mwgd_options": s.mwgd_options,
     }
-    for p, entry in problems_out.items():
-        for k in (
-            "pom_hv_share",
-            "qlognehvi_hv_share",
-            "pom_emd",
-            "qlognehvi_emd",
-            "pom_s_per_batch",
-            "qlognehvi_s_per_batch",
-        ):
-            if k in entry:
-                out[f"{p}_{k}"] = entry[k]
-    out["pom_hv_wins"] = hv_wins
-    out["pom_emd_wins"] = emd_wins
-    out["problems_compared"] = both
-    out["pom_vs_qlognehvi_time_ratio_max"] = r4(max(time_ratio.values()) if time_ratio else None)
-    for name, t in targets.items():
-        out[f"target_{name}"] = r4(t["value"])
-        out[f"target_{name}_goal"] = goals[name]
-        out[f"target_{name}_met"] = t["met"]
-    out["problems"] = problems_out
-    out["config"] = {
-        "problems": s.problems,
-        "methods": s.methods,
-        "seeds": s.seeds,
-        "seeds_per_method": {m: s.n_seeds(m) for m in s.methods},
-        "budget_min": s.budget_min,
-        "batches": s.batches,
-        "q": Q,
-        "initial_design": "2 (d + 1) scrambled Sobol, per seed, shared by all methods",
-        "botorch": {
-            "num_restarts": NUM_RESTARTS,
-            "raw_samples": RAW_SAMPLES,
-            "mc_samples": MC_SAMPLES,
-            "options": ACQF_OPTIONS,
-        },
-        "nsga2_population": {p: 2 * (SPECS[p].d + 1) for p in s.problems},
-        "torch_threads": torch.get_num_threads(),
-    }
+    out |= json_figures(s, problem_figures(results, c, o.refs, evals), c)
     out["plan_estimate_s"] = {k: round(v) for k, v in est.items()}
-    out["part_s"] = {k: round(v, 1) for k, v in part_s.items()}
-    out["wall_s"] = round(wall, 1)
-    print(json.dumps(out))
-    return 130 if interrupted else 0
-
-
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+    out["part_s"] = {k: round(v, 1) for k, v in o.part_s.items()}
+    bench.report(out, o.part_s)
+    return 130 if o.interrupted else 0
 
 
 if __name__ == "__main__":

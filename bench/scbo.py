@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bench.gp_turbo import DTYPE, LENGTH_INIT, LENGTH_MAX, LENGTH_MIN, SUCCESS_TOLERANCE, fit_gp
+from bench.gp_turbo import DTYPE, TrustRegion, TrustRegionRuns, fit_gp
 
 N_CANDIDATES = 2000
 
@@ -56,22 +56,14 @@ def best_index(Y: np.ndarray, C: np.ndarray) -> int:
 
 
 @dataclass
-class ScboState:
-    """The tutorial's trust-region state, maximizing ``-f``."""
+class ScboState(TrustRegion):
+    """SCBO's state, maximizing ``-f`` under ``k`` constraints."""
 
-    d: int
-    q: int
-    k: int
-    length: float = LENGTH_INIT
-    failure_counter: int = 0
-    success_counter: int = 0
-    failure_tolerance: int = 0
-    best_value: float = -math.inf
+    k: int = 0
     best_constraints: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    restart_triggered: bool = False
 
     def __post_init__(self) -> None:
-        self.failure_tolerance = math.ceil(max(4.0 / self.q, float(self.d) / self.q))
+        super().__post_init__()
         self.best_constraints = np.full(self.k, np.inf)
 
     def update(self, Y_next: np.ndarray, C_next: np.ndarray) -> None:
@@ -83,24 +75,12 @@ class ScboState:
         else:
             success = np.maximum(c, 0).sum() < np.maximum(self.best_constraints, 0).sum()
         if success:
-            self.success_counter += 1
-            self.failure_counter = 0
             self.best_value, self.best_constraints = y, c.copy()
-        else:
-            self.success_counter = 0
-            self.failure_counter += 1
-        if self.success_counter == SUCCESS_TOLERANCE:
-            self.length = min(2.0 * self.length, LENGTH_MAX)
-            self.success_counter = 0
-        elif self.failure_counter == self.failure_tolerance:
-            self.length /= 2.0
-            self.failure_counter = 0
-        if self.length < LENGTH_MIN:
-            self.restart_triggered = True
+        self.record(bool(success))
 
 
 @dataclass
-class SCBO:
+class SCBO(TrustRegionRuns):
     """SCBO ask/tell on [0, 1]^d, minimizing ``f`` with ``k`` constraints ``c <= 0``.
 
     ``ask()`` returns ``(q, d)`` points (the rest of the initial design first, unless ``start``
@@ -132,7 +112,7 @@ class SCBO:
         self._X = np.zeros((0, self.d))
         self._Y = np.zeros(0)  # -f, maximized
         self._C = np.zeros((0, self.k))
-        self._state = ScboState(self.d, self.q, self.k)
+        self._state = ScboState(self.d, self.q, k=self.k)
         self._warm: list[dict[str, torch.Tensor] | None] = [None] * (1 + self.k)
         self._model_batch = False
 
@@ -191,11 +171,4 @@ class SCBO:
         if not self._model_batch:
             return  # the initial design: the tutorial's state starts after it
         self._model_batch = False
-        self._state.update(y, C)
-        if self._state.restart_triggered:
-            self.restarts += 1
-            self._new_run()
-
-    @property
-    def length(self) -> float:
-        return self._state.length
+        self._update_region(y, C)

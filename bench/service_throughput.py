@@ -20,8 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +37,8 @@ import httpx
 import numpy as np
 import psycopg
 
+from bench.harness import interrupt_on_sigterm, log
+from bench.servers import free_port, stop_server, wait_healthy
 from bench.version import code_version
 from client import Client
 
@@ -136,31 +136,14 @@ class Resources:
                     for name in self.databases:
                         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             except psycopg.Error as exc:
-                print(f"warning: could not drop {self.databases}: {exc}", file=sys.stderr)
+                log(f"warning: could not drop {self.databases}: {exc}")
             self.databases.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def asktell_bin() -> str:
     exe = Path(sys.executable).parent / "asktell"
     return str(exe) if exe.exists() else "asktell"
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)  # uvicorn shuts down cleanly (lifespan exit) on SIGINT
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 @contextmanager
@@ -184,18 +167,7 @@ def server(res: Resources, db_url: str, tag: str, workers: int) -> Iterator[str]
     res.servers.append(proc)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not healthy after 60 s:\n{log_path.read_text()}")
-            time.sleep(0.1)
+        wait_healthy(proc, base, log_path)
         yield base
     finally:
         stop_server(proc)
@@ -322,7 +294,7 @@ def optuna_runs(res: Resources, pairs: int, warmup: int) -> dict[str, Run]:
         ),
     ]
     for key, label, make in specs:
-        print(f"  running {label} ...", file=sys.stderr, flush=True)
+        log(f"  running {label} ...")
         runs[key] = optuna_run(label, make, pairs, warmup)
     return runs
 
@@ -374,85 +346,61 @@ def print_table(runs: dict[str, Run], goals: dict[str, dict[str, Any]]) -> None:
         print(f"{name:<32} {value:>8} {g['target']:>8}  {result}")
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+ORDER = [
+    "asktell_sqlite",
+    "asktell_sqlite_8clients",
+    "asktell_pg",
+    "asktell_pg_8clients",
+    "optuna_sqlite",
+    "optuna_journal",
+    "optuna_pg",
+]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", type=int, help="pairs with 1 client (default 1000)")
-    parser.add_argument("--pairs-concurrent", type=int, help="pairs with N clients (default 1600)")
-    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
-    parser.add_argument("--warmup", type=int, help="untimed pairs first (default 20)")
-    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers (default 1)")
-    parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--skip-optuna", action="store_true", help="asktell only")
-    args = parser.parse_args(argv)
-    pairs = args.pairs or (100 if args.quick else 1000)
-    pairs_n = args.pairs_concurrent or (160 if args.quick else 1600)
-    warmup = args.warmup if args.warmup is not None else (5 if args.quick else 20)
+@dataclass(frozen=True)
+class Counts:
+    """Pairs with 1 client, pairs with ``clients`` clients, warm-up pairs, server workers."""
 
-    wall = time.perf_counter()
-    # SIGTERM unwinds like Ctrl-C, so the finally below stops servers and drops databases.
-    signal.signal(signal.SIGTERM, _interrupt)
-    res = Resources()
+    pairs: int
+    pairs_n: int
+    clients: int
+    warmup: int
+    workers: int
+
+
+def run_all(res: Resources, n: Counts, skip_optuna: bool) -> dict[str, Run]:
+    """asktell on SQLite and PostgreSQL, 1 and ``n.clients`` clients, then Optuna's storages."""
     runs: dict[str, Run] = {}
-    version = code_version(*CODE_PATHS)
-    print(
-        f"asktell {version}; server: `asktell serve --workers {args.workers}` (uvicorn, "
-        f"{args.workers} worker process{'es' if args.workers > 1 else ''}); random engine, "
-        f"{DIM} float params; {pairs} pairs with 1 client, {pairs_n} with {args.clients} "
-        f"clients, {warmup} warm-up pairs each; Python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
-        flush=True,
-    )
-    try:
-        backends = [
-            ("sqlite", "SQLite", lambda: f"sqlite:///{res.tmp / 'asktell.db'}"),
-            ("pg", "PostgreSQL", lambda: res.pg_database("asktell")),
-        ]
-        for key, name, make_url in backends:
-            with server(res, make_url(), key, args.workers) as base:
-                print(f"  running asktell {name} ...", file=sys.stderr, flush=True)
-                one = asktell_run(base, f"asktell {name}, 1 client", 1, pairs, warmup)
-                runs[f"asktell_{key}"] = one
-                runs[f"asktell_{key}_8clients"] = asktell_run(
-                    base, f"asktell {name}, {args.clients} clients", args.clients, pairs_n, warmup
-                )
-        if not args.skip_optuna:
-            runs.update(optuna_runs(res, pairs, warmup))
-    except KeyboardInterrupt:
-        print("interrupted; cleaning up servers, temp files, scratch databases", file=sys.stderr)
-        return 130
-    finally:
-        res.close()
-
-    order = [
-        "asktell_sqlite",
-        "asktell_sqlite_8clients",
-        "asktell_pg",
-        "asktell_pg_8clients",
-        "optuna_sqlite",
-        "optuna_journal",
-        "optuna_pg",
+    backends = [
+        ("sqlite", "SQLite", lambda: f"sqlite:///{res.tmp / 'asktell.db'}"),
+        ("pg", "PostgreSQL", lambda: res.pg_database("asktell")),
     ]
-    runs = {k: runs[k] for k in order if k in runs}
-    goals = targets(runs)
-    wall = time.perf_counter() - wall
-    print()
-    print_table(runs, goals)
-    print(f"\nwall time {wall:.1f} s; load average at the end {os.getloadavg()[0]:.2f}")
+    for key, name, make_url in backends:
+        with server(res, make_url(), key, n.workers) as base:
+            log(f"  running asktell {name} ...")
+            one = asktell_run(base, f"asktell {name}, 1 client", 1, n.pairs, n.warmup)
+            runs[f"asktell_{key}"] = one
+            runs[f"asktell_{key}_8clients"] = asktell_run(
+                base, f"asktell {name}, {n.clients} clients", n.clients, n.pairs_n, n.warmup
+            )
+    if not skip_optuna:
+        runs.update(optuna_runs(res, n.pairs, n.warmup))
+    return {k: runs[k] for k in ORDER if k in runs}
 
+
+def json_line(
+    version: str, n: Counts, runs: dict[str, Run], goals: dict[str, dict[str, Any]], wall: float
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "code_version": version,
-        "uvicorn_workers": args.workers,
-        "clients_concurrent": args.clients,
-        "warmup_pairs": warmup,
-        "pairs_1client": pairs,
-        "pairs_concurrent": pairs_n,
+        "uvicorn_workers": n.workers,
+        "clients_concurrent": n.clients,
+        "warmup_pairs": n.warmup,
+        "pairs_1client": n.pairs,
+        "pairs_concurrent": n.pairs_n,
         "asktell_ask_p99_ms": round(runs["asktell_sqlite"].pct("ask", 99), 2),
     }
-    for key in order:
+    for key in ORDER:
         base, _, many = key.partition("_8")
         suffix = f"_8{many}" if many else ""
         if key in runs:
@@ -466,7 +414,52 @@ def main(argv: list[str] | None = None) -> int:
     out["optuna_reference_pairs_per_s"] = OPTUNA_REFERENCE
     out["wall_s"] = round(wall, 1)
     out["load_average_end"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(out))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", type=int, help="pairs with 1 client (default 1000)")
+    parser.add_argument("--pairs-concurrent", type=int, help="pairs with N clients (default 1600)")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
+    parser.add_argument("--warmup", type=int, help="untimed pairs first (default 20)")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers (default 1)")
+    parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
+    parser.add_argument("--skip-optuna", action="store_true", help="asktell only")
+    args = parser.parse_args(argv)
+    n = Counts(
+        pairs=args.pairs or (100 if args.quick else 1000),
+        pairs_n=args.pairs_concurrent or (160 if args.quick else 1600),
+        clients=args.clients,
+        warmup=args.warmup if args.warmup is not None else (5 if args.quick else 20),
+        workers=args.workers,
+    )
+    wall = time.perf_counter()
+    # SIGTERM unwinds like Ctrl-C, so the finally below stops servers and drops databases.
+    interrupt_on_sigterm()
+    res = Resources()
+    version = code_version(*CODE_PATHS)
+    print(
+        f"asktell {version}; server: `asktell serve --workers {n.workers}` (uvicorn, "
+        f"{n.workers} worker process{'es' if n.workers > 1 else ''}); random engine, "
+        f"{DIM} float params; {n.pairs} pairs with 1 client, {n.pairs_n} with {n.clients} "
+        f"clients, {n.warmup} warm-up pairs each; Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    try:
+        runs = run_all(res, n, args.skip_optuna)
+    except KeyboardInterrupt:
+        log("interrupted; cleaning up servers, temp files, scratch databases")
+        return 130
+    finally:
+        res.close()
+    goals = targets(runs)
+    wall = time.perf_counter() - wall
+    print()
+    print_table(runs, goals)
+    print(f"\nwall time {wall:.1f} s; load average at the end {os.getloadavg()[0]:.2f}")
+    print(json.dumps(json_line(version, n, runs, goals, wall)))
     return 0
 
 

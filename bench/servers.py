@@ -1,0 +1,46 @@
+"""A real asktell server in a subprocess, for the benches that time the service."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from contextlib import suppress
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
+    """Until ``base``/healthz answers 200; raises (with the server's log) when the process
+    exits first or after 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+        with suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"server not healthy after 60 s:\n{log_path.read_text()}")
+        time.sleep(0.1)
+
+
+def stop_server(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None:
+    """``sig`` (uvicorn shuts down cleanly, lifespan exit, on SIGINT and SIGTERM), then kill
+    after 15 s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
