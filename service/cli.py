@@ -17,11 +17,10 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections import deque
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from time import monotonic, sleep
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args.host, args.port, args.workers, args.access_log)
     if args.command == "db":
         return _db(args.action)
-    return _remote(args.url, args.run, args)
+    return _remote(args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,19 +129,19 @@ def _db(action: str) -> int:
     return 0
 
 
-def _remote(
-    url: str, run: Callable[[Client, argparse.Namespace], int], args: argparse.Namespace
-) -> int:
-    """Run a command against the server at ``url``; an error is one line on stderr, exit 1."""
+def _remote(args: argparse.Namespace) -> int:
+    """Run ``args.run`` against the server at ``args.url``; an error is one line on stderr and
+    exit code 1."""
     from client import ApiError, Client, TransportError
 
     try:
-        with Client(url) as client:
-            return run(client, args)
+        with Client(args.url) as client:
+            return int(args.run(client, args))
     except ApiError as exc:
         return _error(f"error {exc.status} {exc.code}: {exc.detail}")
     except TransportError as exc:
-        return _error(f"error: cannot reach {url}: {exc.__cause__ or exc}")
+        cause = exc.__cause__ or exc  # the httpx error: "[Errno 111] Connection refused"
+        return _error(f"error: cannot reach {args.url}: {str(cause) or type(cause).__name__}")
 
 
 def _error(message: str) -> int:
@@ -211,14 +210,14 @@ def _list_trials(client: Client, args: argparse.Namespace) -> int:
 def _watch_study(client: Client, args: argparse.Namespace) -> int:
     """Redraw the study's progress every ``--interval`` seconds until it is completed, Ctrl-C,
     or after one frame with ``--once``."""
-    study = client.get_study(args.study_id)
     screen, rate = Screen(sys.stdout), Rate()
     try:
+        study = client.get_study(args.study_id)
         while True:
             screen.draw(progress_rows(study, rate.per_minute(study.info)))
             if args.once or study.info.state == "completed":
                 return 0
-            time.sleep(args.interval)
+            sleep(args.interval)
             study.refresh()
     except KeyboardInterrupt:
         return 0
@@ -260,14 +259,13 @@ class Rate:
 
     WINDOW_S = 60.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self) -> None:
         self.samples: deque[tuple[float, int]] = deque()
 
     def per_minute(self, info: StudyPublic) -> float | None:
         from client.models import FINISHED_STATES
 
-        now = self.clock()
+        now = monotonic()
         finished = sum(info.trial_counts.get(state, 0) for state in FINISHED_STATES)
         self.samples.append((now, finished))
         while len(self.samples) > 2 and now - self.samples[1][0] >= self.WINDOW_S:

@@ -149,7 +149,7 @@ def test_watch_shows_the_hypervolume_of_several_objectives(client, url, capsys):
 def test_watch_exits_when_the_study_is_completed(client, url, capsys, monkeypatch):
     study = quad_study(client, [1.0])
     study.update(state="completed")
-    monkeypatch.setattr(cli.time, "sleep", lambda s: pytest.fail("watch waited"))
+    monkeypatch.setattr(cli, "sleep", lambda s: pytest.fail("watch waited"))
 
     code, out, _ = run(capsys, "studies", "watch", str(study.id), "--url", url)
 
@@ -173,7 +173,7 @@ def test_watch_redraws_in_place_on_a_terminal_and_exits_on_ctrl_c(client, url, c
             raise KeyboardInterrupt
         study.enqueue({"x": 1.0}, values={"value": 0.5})  # shows in the next frame
 
-    monkeypatch.setattr(cli.time, "sleep", sleep)
+    monkeypatch.setattr(cli, "sleep", sleep)
 
     code = cli.main(["studies", "watch", str(study.id), "--interval", "0.5", "--url", url])
 
