@@ -6,6 +6,7 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,16 @@ def test_watch_redraws_in_place_on_a_terminal_and_exits_on_ctrl_c(client, url, c
     assert second.startswith("\x1b[7F")  # back up over the 7 lines of the first frame
     assert "1: 1 completed" in first and "\nbest           3\x1b[K\n" in first
     assert "2: 2 completed" in second and "0.5" in second
+
+
+def test_watch_rate_is_over_the_last_minute_of_polls_after_the_studys_lifetime(client, monkeypatch):
+    info = quad_study(client, [1.0]).info
+    info = info.model_copy(update={"updated_at": info.created_at + timedelta(minutes=2)})
+    now = [1000.0]
+    monkeypatch.setattr(cli, "monotonic", lambda: now[0])
+    rate = cli.Rate()
+    polls = [(0, 10, 5.0), (30, 25, 30.0), (60, 40, 30.0), (90, 40, 15.0), (150, 40, 0.0)]
+    for seconds, finished, per_minute in polls:  # the first: 10 trials over a 2-minute life
+        now[0] = 1000.0 + seconds
+        counts = {"completed": finished - 2, "failed": 1, "infeasible": 1, "running": 7}
+        assert rate.per_minute(info.model_copy(update={"trial_counts": counts})) == per_minute
