@@ -7,6 +7,7 @@ import math
 import random
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,11 +148,29 @@ def worker_name(index: int) -> str:
 
 
 class Budget:
-    """Hands out trial slots to workers and draws a progress bar on stderr."""
+    """Hands out trial slots to workers and shows progress on stderr: the trials told, the best
+    value so far (one objective), the elapsed time and the rate. On a terminal a bar is redrawn
+    in place; otherwise (a log file, a pipe) a plain line is printed every 10% of the trials
+    and at least every ``LINE_EVERY_S`` seconds, so logs get no carriage-return frames."""
 
-    def __init__(self, total: int, progress: bool) -> None:
-        self.total, self.progress = total, progress
+    LINE_EVERY_S = 30.0
+
+    def __init__(
+        self,
+        total: int,
+        progress: bool,
+        goal: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``goal`` is the single objective's ``minimize`` or ``maximize`` (``None`` for
+        several objectives: no best value is shown)."""
+        self.total, self.progress, self.goal, self.clock = total, progress, goal, clock
         self.started = self.finished = self.failed = 0
+        self.best: float | None = None
+        self._out = sys.stderr
+        self._tty = progress and self._out.isatty()
+        self._start = self._last_line = clock()
+        self._lines_shown = 0  # finished count at the last plain line
         self._lock = threading.Lock()
 
     def release(self) -> None:
@@ -166,22 +185,66 @@ class Budget:
             self.started += 1
             return True
 
-    def done(self, ok: bool) -> None:
+    def done(self, ok: bool, value: float | None = None) -> None:
+        """Count a finished trial; ``value`` is its objective value when it is completed and
+        feasible in a single-objective study."""
         with self._lock:
             self.finished += 1
             self.failed += not ok
-            self._draw()
+            if value is not None and (self.best is None or self._better(value, self.best)):
+                self.best = value
+            self._show()
 
-    def _draw(self) -> None:
+    def _better(self, value: float, than: float) -> bool:
+        return value > than if self.goal == "maximize" else value < than
+
+    def status(self) -> str:
+        """The numbers after the bar: trials, best so far, elapsed time, rate, failures."""
+        elapsed = self.clock() - self._start
+        parts = [f"{self.finished}/{self.total} trials"]
+        if self.goal is not None:
+            parts.append(f"best {self.best:.6g}" if self.best is not None else "best -")
+        parts.append(f"{_duration(elapsed)} elapsed")
+        parts.append(f"{self.finished / elapsed:.2f} trials/s" if elapsed > 0 else "- trials/s")
+        if self.failed:
+            parts.append(f"{self.failed} failed")
+        return "  ".join(parts)
+
+    def _show(self) -> None:
         if not self.progress:
             return
-        width = 30
-        filled = int(width * self.finished / max(self.total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        failed = f"  ({self.failed} failed)" if self.failed else ""
-        sys.stderr.write(f"\r[{bar}] {self.finished}/{self.total} trials{failed}")
-        sys.stderr.flush()
+        if self._tty:
+            width = 30
+            filled = int(width * self.finished / max(self.total, 1))
+            bar = "#" * filled + "-" * (width - filled)
+            self._out.write(f"\r[{bar}] {self.status()}")
+            self._out.flush()
+            return
+        new_tenth = self._tenth(self.finished) > self._tenth(self._lines_shown)
+        if new_tenth or self.clock() - self._last_line >= self.LINE_EVERY_S:
+            self._line()
+
+    def _tenth(self, count: int) -> int:
+        return count * 10 // max(self.total, 1)
+
+    def _line(self) -> None:
+        self._out.write(self.status() + "\n")
+        self._out.flush()
+        self._lines_shown, self._last_line = self.finished, self.clock()
 
     def finish(self) -> None:
-        if self.progress:
-            sys.stderr.write("\n")
+        """End the progress output: the bar's line on a terminal, else the last count if the
+        run stopped between two plain lines."""
+        if not self.progress:
+            return
+        if self._tty:
+            self._out.write("\n")
+        elif self._lines_shown != self.finished:
+            self._line()
+
+
+def _duration(seconds: float) -> str:
+    """``m:ss``, or ``h:mm:ss`` from an hour on."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

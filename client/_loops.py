@@ -47,7 +47,9 @@ def optimize(
     the error propagates unless its type is in ``catch``.
     """
     lease = lease_seconds or study.info.lease_seconds
-    run = Optimization(study, fn, Budget(n_trials, progress), catch, lease)
+    objectives = study.info.objectives
+    goal = objectives[0].goal if len(objectives) == 1 else None
+    run = Optimization(study, fn, Budget(n_trials, progress, goal), catch, lease)
     try:
         yield Parallel([run.worker(index) for index in range(n_workers)])
     finally:
@@ -102,8 +104,11 @@ class Optimization:
             yield from fail(self.study, trial.number, reason=problem)
             self.budget.done(ok=False)
             return
-        yield from tell(self.study, trial.number, values, cons)
-        self.budget.done(ok=True)
+        told = yield from tell(self.study, trial.number, values, cons)
+        value = None
+        if told.values and len(self.objectives) == 1 and told.feasible is not False:
+            value = told.values[self.objectives[0]]
+        self.budget.done(ok=True, value=value)
 
 
 def train(
