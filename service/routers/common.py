@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import Path, Response
 from fastapi.routing import APIRoute
 
-from service.errors import invalid
+from client.models import ProblemCode
+from service.errors import ApiError
 from service.store import Answer
 
 JSON = "application/json"
@@ -31,7 +32,9 @@ def cursor_int(cursor: str | None) -> int | None:
     except ValueError:
         value = -1
     if not 0 <= value < 2**31:
-        raise invalid("invalid_cursor", f"cursor {cursor!r} is not one this API returned")
+        raise ApiError(
+            ProblemCode.INVALID_CURSOR, f"cursor {cursor!r} is not one this API returned"
+        )
     return value
 
 
