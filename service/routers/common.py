@@ -13,6 +13,36 @@ from service.store import Answer
 
 JSON = "application/json"
 
+# The codes of ``service.errors.problems`` that several routes share.
+#: A write: a JSON body, an Idempotency-Key, a transaction that may meet a concurrent one.
+WRITE = (
+    ProblemCode.MALFORMED_JSON,
+    ProblemCode.BODY_TOO_LARGE,
+    ProblemCode.VALIDATION_ERROR,
+    ProblemCode.INVALID_IDEMPOTENCY_KEY,
+    ProblemCode.IDEMPOTENCY_KEY_REUSED,
+    ProblemCode.CONFLICT,
+)
+#: A read of a study named in the path.
+STUDY = (ProblemCode.VALIDATION_ERROR, ProblemCode.NOT_FOUND)
+#: A read of a trial named in the path.
+TRIAL = (*STUDY, ProblemCode.TRIAL_NOT_FOUND)
+#: A study config checked (``service.studies.validate_config``) or its engine run.
+CONFIG = (
+    ProblemCode.INVALID_SEARCH_SPACE,
+    ProblemCode.INVALID_ENGINE,
+    ProblemCode.ENGINE_UNSUPPORTED,
+    ProblemCode.UNAVAILABLE,
+)
+#: Told results checked (``service.trials.validate_results``).
+RESULTS = (
+    ProblemCode.UNKNOWN_OBJECTIVE,
+    ProblemCode.MISSING_OBJECTIVE,
+    ProblemCode.UNKNOWN_CONSTRAINT,
+    ProblemCode.MISSING_CONSTRAINT,
+    ProblemCode.NON_FINITE_VALUE,
+)
+
 
 def written(result: Answer) -> Response:
     """A stored or fresh write result as a response (its body is already JSON)."""
