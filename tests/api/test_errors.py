@@ -1,7 +1,11 @@
 """Bad input gets a clear 4xx problem+json with a stable code, never a 5xx."""
 
+import re
+from pathlib import Path
+
 import pytest
 
+from client.models import ProblemCode
 from engines.errors import EngineOptionsError, EngineRetryable, EngineUnsupported, SpaceError
 from tests.conftest import FLOAT_X, study_body
 
@@ -237,3 +241,10 @@ def test_engine_errors_at_ask_are_answered_as_at_creation(
 
     monkeypatch.setattr(type(engine), "suggest", fail)
     _problem(http.post(f"/v1/studies/{sid}/ask", json={}), status, code)
+
+
+def test_the_readme_lists_every_problem_code_with_its_status():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d{3}) \|", section, flags=re.M))
+    assert rows == {code.value: str(code.status) for code in ProblemCode}
