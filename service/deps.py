@@ -6,9 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from client.models import ProblemCode
 from service.db.models import DEFAULT_TENANT_ID
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.store import Store
 

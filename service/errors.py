@@ -10,12 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from client.models import ProblemCode
-from engines.errors import (
-    EngineError,
-    EngineOptionsError,
-    EngineRetryable,
-    SpaceError,
-)
+from engines.errors import EngineError, EngineOptionsError, EngineRetryable, SpaceError
+
+__all__ = ["PROBLEM", "ApiError", "ProblemCode", "engine_error", "problems", "unavailable"]
 
 PROBLEM = "application/problem+json"
 

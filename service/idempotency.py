@@ -17,9 +17,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
-from client.models import ProblemCode
 from service.db.models import IdempotencyKey
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 
 #: How long a key is remembered.
 KEY_TTL = timedelta(hours=24)

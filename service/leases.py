@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Row
 
-from client.models import AskRequest, HeartbeatRequest, ProblemCode, TrialPublic
-from service.errors import ApiError
+from client.models import AskRequest, HeartbeatRequest, TrialPublic
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey, forget_old
 from service.problem import StudySpec
 from service.store import Answer, Store, bump_revision, trials_t, unfinished_trial, utcnow

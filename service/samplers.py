@@ -17,17 +17,10 @@ import numpy as np
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection, Row
 
-from client.models import (
-    ProblemCode,
-    SamplerAsk,
-    SamplerCreate,
-    SamplerPublic,
-    SamplerStep,
-    SamplerTell,
-)
+from client.models import SamplerAsk, SamplerCreate, SamplerPublic, SamplerStep, SamplerTell
 from engines import wasserstein_particles
 from service.db.models import Sampler
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.store import Answer, Store, row_or_404, utcnow
 from service.wire import sampler_public
@@ -134,25 +127,7 @@ def _step(
     Raises: ApiError 422 (see ``tell_sampler``); nothing is stored then.
     """
     config = SamplerCreate.model_validate(row.config)
-    shape = (config.n_targets, config.n_particles, config.dim)
-    grad = _array(
-        body.grad_log_prob,
-        shape,
-        "grad_log_prob",
-        ProblemCode.SHAPE_MISMATCH,
-        ProblemCode.NON_FINITE_GRADIENT,
-    )
-    log_prob = (
-        None
-        if body.log_prob is None
-        else _array(
-            body.log_prob,
-            shape[:2],
-            "log_prob",
-            ProblemCode.SHAPE_MISMATCH,
-            ProblemCode.NON_FINITE_LOG_PROB,
-        )
-    )
+    grad, log_prob = _told_scores(body, (config.n_targets, config.n_particles, config.dim))
     with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
         particles, info = wasserstein_particles.step(
             _particles(row.particles),
@@ -172,13 +147,7 @@ def _step(
             ProblemCode.NON_FINITE_LOG_PROB,
             "log_prob's mean over the particles overflows; rescale it",
         )
-    numbers: list[np.ndarray | float] = [
-        particles.X,
-        particles.V,
-        info.weights,
-        info.grad_norm,
-        info.bandwidth,
-    ]
+    numbers: list[Any] = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
     if not all(np.all(np.isfinite(a)) for a in numbers):
         raise ApiError(
             ProblemCode.STEP_NOT_FINITE,
@@ -188,6 +157,23 @@ def _step(
     if config.bounds is not None:
         particles = particles.clamped(*config.bounds)
     return particles, info, nll
+
+
+def _told_scores(
+    body: SamplerTell, shape: tuple[int, int, int]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``grad_log_prob`` of ``shape`` and ``log_prob`` (when told) of ``shape[:2]``.
+
+    Raises: ApiError 422 ``shape_mismatch``, ``non_finite_gradient``, ``non_finite_log_prob``.
+    """
+    mismatch = ProblemCode.SHAPE_MISMATCH
+    grad = _array(
+        body.grad_log_prob, shape, "grad_log_prob", mismatch, ProblemCode.NON_FINITE_GRADIENT
+    )
+    if body.log_prob is None:
+        return grad, None
+    nonfinite = ProblemCode.NON_FINITE_LOG_PROB
+    return grad, _array(body.log_prob, shape[:2], "log_prob", mismatch, nonfinite)
 
 
 def delete_sampler(store: Store, tenant_id: int, sampler_id: int) -> None:

@@ -16,10 +16,10 @@ from sqlalchemy import Select, bindparam, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
-from client.models import FINISHED_STATES, ProblemCode
+from client.models import FINISHED_STATES
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
 from service.problem import SpecCache, StudySpec

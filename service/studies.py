@@ -14,7 +14,6 @@ from sqlalchemy.engine import Connection, Row
 
 from client.models import (
     BestPublic,
-    ProblemCode,
     StudiesPage,
     StudyConfig,
     StudyCreate,
@@ -24,7 +23,7 @@ from client.models import (
 )
 from engines.errors import EngineError
 from engines.metrics import hypervolume, loo_emd, non_dominated
-from service.errors import ApiError, engine_error
+from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
@@ -268,7 +267,8 @@ def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
         ref = spec.problem.reference_point
         if ref is None:
             return BestPublic(trials=trials, feasible_found=True, pareto_set_loo_emd=spread)
-        told = [t.values for t in trials if t.values is not None]  # all: they are completed
+        # The best trials are completed, so every one has values; the filter is for the type.
+        told = [t.values for t in trials if t.values is not None]
         Y = np.array([[values[n] for n in spec.objective_names] for values in told])
         return BestPublic(
             trials=trials,

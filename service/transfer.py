@@ -12,16 +12,9 @@ import numpy as np
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
-from client.models import (
-    FINISHED_STATES,
-    ProblemCode,
-    StudyCreate,
-    StudyExport,
-    StudyPublic,
-    TrialExport,
-)
+from client.models import FINISHED_STATES, StudyCreate, StudyExport, StudyPublic, TrialExport
 from engines.errors import SpaceError
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.problem import StudySpec
 from service.store import Answer, Store, find_study, measurements_t, studies_t, trials_t, utcnow

@@ -17,7 +17,6 @@ from sqlalchemy.engine import Connection, Row
 from client.models import (
     HeartbeatRequest,
     MeasurementPublic,
-    ProblemCode,
     ReportRequest,
     TellRequest,
     TrialCreate,
@@ -25,7 +24,7 @@ from client.models import (
     TrialsPage,
 )
 from engines.errors import SpaceError
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.leases import extended_lease
 from service.problem import StudySpec

@@ -15,9 +15,9 @@ import numpy as np
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection, Row
 
-from client.models import CheckpointRef, CheckpointsPublic, Lineage, ProblemCode, Segment
+from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.problem import StudySpec
 from service.store import Store, find_study, measurements_t, trial_not_found, trials_t
 from service.wire import from_columns

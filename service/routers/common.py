@@ -7,8 +7,7 @@ from typing import Annotated
 from fastapi import Path, Response
 from fastapi.routing import APIRoute
 
-from client.models import ProblemCode
-from service.errors import ApiError
+from service.errors import ApiError, ProblemCode
 from service.store import Answer
 
 JSON = "application/json"
@@ -27,6 +26,8 @@ WRITE = (
 STUDY = (ProblemCode.VALIDATION_ERROR, ProblemCode.NOT_FOUND)
 #: A read of a trial named in the path.
 TRIAL = (*STUDY, ProblemCode.TRIAL_NOT_FOUND)
+#: A write to an unfinished trial named in the path.
+TRIAL_WRITE = (*WRITE, *TRIAL, ProblemCode.TRIAL_FINISHED)
 #: A study config checked (``service.studies.validate_config``) or its engine run.
 CONFIG = (
     ProblemCode.INVALID_SEARCH_SPACE,

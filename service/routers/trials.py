@@ -30,6 +30,7 @@ from service.routers.common import (
     RESULTS,
     STUDY,
     TRIAL,
+    TRIAL_WRITE,
     WRITE,
     StudyId,
     TrialNumber,
@@ -96,13 +97,7 @@ def get_trial(
 @router.post(
     "/trials/{number}/tell",
     response_model=TrialPublic,
-    responses=problems(
-        *WRITE,
-        *TRIAL,
-        *RESULTS,
-        ProblemCode.TRIAL_FINISHED,
-        ProblemCode.CHECKPOINT_REQUIRED,
-    ),
+    responses=problems(*TRIAL_WRITE, *RESULTS, ProblemCode.CHECKPOINT_REQUIRED),
 )
 def tell(
     study_id: StudyId,
@@ -119,7 +114,7 @@ def tell(
     "/trials/{number}/report",
     response_model=MeasurementPublic,
     status_code=201,
-    responses=problems(*WRITE, *TRIAL, ProblemCode.TRIAL_FINISHED, ProblemCode.NON_FINITE_VALUE),
+    responses=problems(*TRIAL_WRITE, ProblemCode.NON_FINITE_VALUE),
 )
 def report(
     study_id: StudyId,
@@ -155,13 +150,7 @@ def lineage(study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: Ten
 @router.post(
     "/trials/{number}/heartbeat",
     response_model=TrialPublic,
-    responses=problems(
-        *WRITE,
-        *TRIAL,
-        ProblemCode.TRIAL_FINISHED,
-        ProblemCode.TRIAL_NOT_RUNNING,
-        ProblemCode.TRIAL_REASSIGNED,
-    ),
+    responses=problems(*TRIAL_WRITE, ProblemCode.TRIAL_NOT_RUNNING, ProblemCode.TRIAL_REASSIGNED),
 )
 def heartbeat(
     study_id: StudyId,
