@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Response
+from fastapi import APIRouter, Path, Response
 from fastapi.routing import APIRoute
 
 from service.errors import ApiError, ProblemCode
@@ -67,6 +67,11 @@ def cursor_int(cursor: str | None) -> int | None:
             ProblemCode.INVALID_CURSOR, f"cursor {cursor!r} is not one this API returned"
         )
     return value
+
+
+def api_router(prefix: str, tag: str) -> APIRouter:
+    """A router of ``tag`` whose operations get ``operation_id``'s ids."""
+    return APIRouter(prefix=prefix, tags=[tag], generate_unique_id_function=operation_id)
 
 
 def operation_id(route: APIRoute) -> str:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
 from sqlalchemy import text
 
 from service.deps import StoreDep
 from service.errors import problems
-from service.routers.common import operation_id
+from service.routers.common import api_router
 
-router = APIRouter(tags=["health"], generate_unique_id_function=operation_id)
+router = api_router("", "health")
 
 
 @router.get("/healthz", responses=problems())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 
 from client.models import (
     ProblemCode,
@@ -17,11 +17,9 @@ from client.models import (
 from service import samplers
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
-from service.routers.common import WRITE, operation_id, written
+from service.routers.common import WRITE, api_router, written
 
-router = APIRouter(
-    prefix="/v1/samplers", tags=["samplers"], generate_unique_id_function=operation_id
-)
+router = api_router("/v1/samplers", "samplers")
 SamplerId = Annotated[int, Path(ge=0, le=2**31 - 1)]
 #: A read of a sampler named in the path.
 SAMPLER = (ProblemCode.VALIDATION_ERROR, ProblemCode.NOT_FOUND)

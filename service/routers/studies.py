@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 
 from client.models import (
     BestPublic,
@@ -28,12 +28,12 @@ from service.routers.common import (
     STUDY,
     WRITE,
     StudyId,
+    api_router,
     cursor_int,
-    operation_id,
     written,
 )
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"], generate_unique_id_function=operation_id)
+router = api_router("/v1/studies", "studies")
 
 
 @router.post(

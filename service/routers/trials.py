@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 
 from client.models import (
     AskRequest,
@@ -34,14 +34,12 @@ from service.routers.common import (
     WRITE,
     StudyId,
     TrialNumber,
+    api_router,
     cursor_int,
-    operation_id,
     written,
 )
 
-router = APIRouter(
-    prefix="/v1/studies/{study_id}", tags=["trials"], generate_unique_id_function=operation_id
-)
+router = api_router("/v1/studies/{study_id}", "trials")
 
 
 @router.post(
