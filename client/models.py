@@ -385,8 +385,9 @@ class StudyExport(_Request):
 class ProblemCode(StrEnum):
     """Every ``code`` a problem+json error of the API carries, each with its HTTP ``status``.
 
-    Not yet used by the service (which still raises with strings) nor by the client (which
-    still picks its exception class by status); issue 16 moves both onto this list.
+    The service raises with these members (``service.errors.ApiError``), and each route lists
+    the ones it answers with in the OpenAPI document; the README's error table has one row per
+    member.
     """
 
     status: int

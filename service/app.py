@@ -13,36 +13,51 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from client.models import ProblemCode, ProblemDetail
 from service.db.migrate import check_current, upgrade
 from service.db.session import Database
-from service.errors import ApiError
+from service.errors import PROBLEM, ApiError
 from service.leases import Reaper
 from service.routers import health, samplers, studies, trials
 from service.settings import Settings, get_settings
 from service.store import Store
 
 log = logging.getLogger("asktell")
-PROBLEM = "application/problem+json"
+
+_TITLES = {
+    400: "Bad Request",
+    404: "Not Found",
+    409: "Conflict",
+    413: "Payload Too Large",
+    422: "Unprocessable Content",
+    503: "Service Unavailable",
+}
 
 
-def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
-    title = {
-        400: "Bad Request",
-        404: "Not Found",
-        409: "Conflict",
-        413: "Payload Too Large",
-        422: "Unprocessable Content",
-        503: "Service Unavailable",
-    }.get(status, "Error")
+def problem(
+    code: ProblemCode, detail: str, status: int | None = None, **extra: Any
+) -> JSONResponse:
+    """The problem+json response of ``code``, with its own status unless ``status`` is given."""
+    status = code.status if status is None else status
     body = {
         "type": "about:blank",
-        "title": title,
+        "title": _TITLES.get(status, "Error"),
         "status": status,
         "detail": detail,
         "code": code,
         **extra,
     }
     return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+class AskTellAPI(FastAPI):
+    def openapi(self) -> dict[str, Any]:
+        """The generated document, with the ``ProblemDetail`` schema that every route's
+        problem+json responses refer to (``service.errors.problems``)."""
+        document = super().openapi()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        schemas.setdefault("ProblemDetail", ProblemDetail.model_json_schema())
+        return document
 
 
 def open_database(settings: Settings) -> Database:
@@ -71,7 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             reaper.stop()
             db.dispose()
 
-    app = FastAPI(
+    app = AskTellAPI(
         title="asktell",
         version="0.1.0",
         summary="Bayesian and black-box optimization over HTTP: ask for trials, tell results.",
@@ -82,14 +97,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(trials.router)
     app.include_router(samplers.router)
     _install_errors(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
 
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        response = problem(exc.status, exc.code, exc.detail, **exc.extra)
+        response = problem(exc.code, exc.detail, **exc.extra)
         response.headers.update(exc.headers)
         return response
 
@@ -98,8 +113,7 @@ def _install_errors(app: FastAPI) -> None:
         errors = exc.errors()
         if any(_is_malformed_body(e) for e in errors):
             return problem(
-                400,
-                "malformed_json",
+                ProblemCode.MALFORMED_JSON,
                 "the request body is not a valid JSON object; "
                 "send JSON with Content-Type: application/json",
             )
@@ -108,17 +122,21 @@ def _install_errors(app: FastAPI) -> None:
             where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
             details.append({"field": where, "message": e.get("msg", "")})
         summary = "; ".join(f"{d['field'] or 'body'}: {d['message']}" for d in details[:5])
-        return problem(422, "validation_error", summary, errors=details)
+        return problem(ProblemCode.VALIDATION_ERROR, summary, errors=details)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem(exc.status_code, code, str(exc.detail))
+        code = _HTTP_CODES.get(exc.status_code, ProblemCode.HTTP_ERROR)
+        return problem(code, str(exc.detail), exc.status_code)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(500, "internal_error", "the server failed; the error is logged")
+        return problem(ProblemCode.INTERNAL_ERROR, "the server failed; the error is logged")
+
+
+#: Starlette's own HTTP errors (no route, wrong method); any other status is ``http_error``.
+_HTTP_CODES = {404: ProblemCode.NOT_FOUND, 405: ProblemCode.METHOD_NOT_ALLOWED}
 
 
 def _is_malformed_body(error: dict[str, Any]) -> bool:
@@ -169,6 +187,6 @@ class BodyLimit:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(
-            413, "body_too_large", f"the request body is over {self.max_bytes} bytes"
+            ProblemCode.BODY_TOO_LARGE, f"the request body is over {self.max_bytes} bytes"
         )
         await response(scope, receive, send)

@@ -29,8 +29,8 @@ from sqlalchemy.engine import Connection, Row
 
 from client.models import AskRequest, AskResponse, TrialPublic
 from engines.base import History, Proposal
-from engines.errors import EngineError, EngineRetryable
-from service.errors import invalid, unavailable
+from engines.errors import EngineError
+from service.errors import engine_error, unavailable
 from service.history import HistoryCache, full_history
 from service.idempotency import IdemKey, replay
 from service.leases import expire_leases, lease_until
@@ -223,10 +223,8 @@ def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) ->
     rng = np.random.default_rng([study.seed, study.engine_state_version])
     try:
         proposal = spec.engine.suggest(spec.problem, history, need, study.engine_state, rng)
-    except EngineRetryable as exc:
-        raise unavailable(f"the engine could not propose now: {exc}") from exc
     except EngineError as exc:
-        raise invalid("engine_unsupported", str(exc)) from exc
+        raise engine_error(exc) from exc
     if spec.engine.schedules_units and len(proposal.units) != len(proposal.X):
         raise RuntimeError(f"engine {spec.engine.name} returned points without unit documents")
     rows = len(proposal.X) if spec.engine.schedules_units and len(proposal.X) <= need else need

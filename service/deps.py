@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from service.db.models import DEFAULT_TENANT_ID
-from service.errors import invalid
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.store import Store
 
@@ -30,7 +30,7 @@ async def get_idempotency_key(
     if idempotency_key is None:
         return None
     if not idempotency_key.strip():
-        raise invalid("invalid_idempotency_key", "the Idempotency-Key header is empty")
+        raise ApiError(ProblemCode.INVALID_IDEMPOTENCY_KEY, "the Idempotency-Key header is empty")
     body = await request.body()
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return IdemKey.build(idempotency_key, request.method, target, body)

@@ -18,7 +18,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
 from service.db.models import IdempotencyKey
-from service.errors import conflict
+from service.errors import ApiError, ProblemCode
 
 #: How long a key is remembered.
 KEY_TTL = timedelta(hours=24)
@@ -60,8 +60,8 @@ def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Answer | None:
     if row is None:
         return None
     if row.request_hash != idem.request_hash:
-        raise conflict(
-            "idempotency_key_reused",
+        raise ApiError(
+            ProblemCode.IDEMPOTENCY_KEY_REUSED,
             "this Idempotency-Key was already used with a different request; "
             "send a new key for a new request",
         )

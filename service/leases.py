@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Row
 
 from client.models import AskRequest, HeartbeatRequest, TrialPublic
-from service.errors import conflict
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey, forget_old
 from service.problem import StudySpec
 from service.store import Answer, Store, bump_revision, trials_t, unfinished_trial, utcnow
@@ -139,8 +139,8 @@ def _check_held(trial: Row, req: HeartbeatRequest) -> None:
     """Raises: ApiError 409 ``trial_not_running`` for a waiting trial, ``trial_reassigned``
     for a trial running for another worker than ``req.worker_id``."""
     if trial.state == "waiting":
-        raise conflict(
-            "trial_not_running",
+        raise ApiError(
+            ProblemCode.TRIAL_NOT_RUNNING,
             f"trial {trial.number} is waiting to be asked for; ask before sending heartbeats",
             state=trial.state,
         )
@@ -149,8 +149,8 @@ def _check_held(trial: Row, req: HeartbeatRequest) -> None:
         and trial.state == "running"
         and trial.worker_id not in (None, req.worker_id)
     ):
-        raise conflict(
-            "trial_reassigned",
+        raise ApiError(
+            ProblemCode.TRIAL_REASSIGNED,
             f"trial {trial.number} was served to another worker after its lease expired",
             state=trial.state,
         )

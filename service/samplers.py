@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Row
 from client.models import SamplerAsk, SamplerCreate, SamplerPublic, SamplerStep, SamplerTell
 from engines import wasserstein_particles
 from service.db.models import Sampler
-from service.errors import conflict, invalid
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.store import Answer, Store, row_or_404, utcnow
 from service.wire import sampler_public
@@ -53,8 +53,10 @@ def create_sampler(
             "created_at": now,
             "updated_at": now,
         }
-        sampler_id = conn.execute(insert(samplers_t).values(**values)).inserted_primary_key
-        row = _row(conn, tenant_id, int(sampler_id[0]))
+        sampler_id = conn.execute(
+            insert(samplers_t).values(**values).returning(samplers_t.c.id)
+        ).scalar_one()
+        row = _row(conn, tenant_id, sampler_id)
         return 201, sampler_public(row)
 
     return store.write(tenant_id, idem, run)
@@ -83,8 +85,8 @@ def tell_sampler(
     def run(conn: Connection) -> tuple[int, SamplerStep]:
         row = _row(conn, tenant_id, sampler_id, lock=True)
         if body.iteration != row.iteration:
-            raise conflict(
-                "stale_iteration",
+            raise ApiError(
+                ProblemCode.STALE_ITERATION,
                 f"the tell answers iteration {body.iteration} but sampler {sampler_id} is at "
                 f"iteration {row.iteration}; ask for the current positions",
                 iteration=row.iteration,
@@ -125,15 +127,7 @@ def _step(
     Raises: ApiError 422 (see ``tell_sampler``); nothing is stored then.
     """
     config = SamplerCreate.model_validate(row.config)
-    shape = (config.n_targets, config.n_particles, config.dim)
-    grad = _array(
-        body.grad_log_prob, shape, "grad_log_prob", "shape_mismatch", "non_finite_gradient"
-    )
-    log_prob = (
-        None
-        if body.log_prob is None
-        else _array(body.log_prob, shape[:2], "log_prob", "shape_mismatch", "non_finite_log_prob")
-    )
+    grad, log_prob = _told_scores(body, (config.n_targets, config.n_particles, config.dim))
     with np.errstate(over="ignore", invalid="ignore"):  # checked below, nothing stored
         particles, info = wasserstein_particles.step(
             _particles(row.particles),
@@ -149,19 +143,37 @@ def _step(
         )
     nll = None if log_prob is None else -log_prob.mean(axis=1)
     if nll is not None and not np.all(np.isfinite(nll)):
-        raise invalid(
-            "non_finite_log_prob", "log_prob's mean over the particles overflows; rescale it"
+        raise ApiError(
+            ProblemCode.NON_FINITE_LOG_PROB,
+            "log_prob's mean over the particles overflows; rescale it",
         )
-    numbers = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
+    numbers: list[Any] = [particles.X, particles.V, info.weights, info.grad_norm, info.bandwidth]
     if not all(np.all(np.isfinite(a)) for a in numbers):
-        raise invalid(
-            "step_not_finite",
+        raise ApiError(
+            ProblemCode.STEP_NOT_FINITE,
             "the step overflowed (scores too large for this eta); lower eta or check the "
             "scores; the sampler is unchanged",
         )
     if config.bounds is not None:
         particles = particles.clamped(*config.bounds)
     return particles, info, nll
+
+
+def _told_scores(
+    body: SamplerTell, shape: tuple[int, int, int]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``grad_log_prob`` of ``shape`` and ``log_prob`` (when told) of ``shape[:2]``.
+
+    Raises: ApiError 422 ``shape_mismatch``, ``non_finite_gradient``, ``non_finite_log_prob``.
+    """
+    mismatch = ProblemCode.SHAPE_MISMATCH
+    grad = _array(
+        body.grad_log_prob, shape, "grad_log_prob", mismatch, ProblemCode.NON_FINITE_GRADIENT
+    )
+    if body.log_prob is None:
+        return grad, None
+    nonfinite = ProblemCode.NON_FINITE_LOG_PROB
+    return grad, _array(body.log_prob, shape[:2], "log_prob", mismatch, nonfinite)
 
 
 def delete_sampler(store: Store, tenant_id: int, sampler_id: int) -> None:
@@ -192,38 +204,48 @@ def _initial_positions(body: SamplerCreate, seed: int) -> np.ndarray:
     (clipped to the bounds). Raises: ApiError 422 ``invalid_sampler``."""
     m, d = body.n_particles, body.dim
     if body.n_targets * m * d > MAX_TELL_NUMBERS:
-        raise invalid(
-            "invalid_sampler",
+        raise ApiError(
+            ProblemCode.INVALID_SAMPLER,
             f"n_targets x n_particles x dim = {body.n_targets * m * d} is over "
             f"{MAX_TELL_NUMBERS}, the most numbers a tell may carry",
         )
     if m * m * d > MAX_KERNEL_ENTRIES:
-        raise invalid(
-            "invalid_sampler",
+        raise ApiError(
+            ProblemCode.INVALID_SAMPLER,
             f"n_particles^2 x dim = {m * m * d} is over {MAX_KERNEL_ENTRIES}, the kernel arrays "
             "a step may build; use fewer particles",
         )
     if body.bounds is not None and not body.bounds[0] < body.bounds[1]:
-        raise invalid("invalid_sampler", f"bounds {list(body.bounds)}: low must be below high")
+        raise ApiError(
+            ProblemCode.INVALID_SAMPLER, f"bounds {list(body.bounds)}: low must be below high"
+        )
     if body.init.kind == "points":
-        X = _array(body.init.X, (m, d), "init.X", "invalid_sampler", "invalid_sampler")
+        X = _array(
+            body.init.X, (m, d), "init.X", ProblemCode.INVALID_SAMPLER, ProblemCode.INVALID_SAMPLER
+        )
         if body.bounds is not None and (X.min() < body.bounds[0] or X.max() > body.bounds[1]):
-            raise invalid("invalid_sampler", "init.X has points outside the bounds")
+            raise ApiError(ProblemCode.INVALID_SAMPLER, "init.X has points outside the bounds")
         return X
     loc = np.asarray(body.init.loc, dtype=np.float64)
     if loc.ndim == 1 and loc.shape[0] not in (1, d):
-        raise invalid(
-            "invalid_sampler", f"init.loc has {loc.shape[0]} numbers; give 1 or dim = {d}"
+        raise ApiError(
+            ProblemCode.INVALID_SAMPLER, f"init.loc has {loc.shape[0]} numbers; give 1 or dim = {d}"
         )
     with np.errstate(over="ignore"):
         X = loc + body.init.scale * np.random.default_rng(seed).standard_normal((m, d))
     if not np.all(np.isfinite(X)):
-        raise invalid("invalid_sampler", "init.loc and init.scale overflow the float range")
+        raise ApiError(
+            ProblemCode.INVALID_SAMPLER, "init.loc and init.scale overflow the float range"
+        )
     return X if body.bounds is None else np.clip(X, *body.bounds)
 
 
 def _array(
-    value: Any, shape: tuple[int, ...], name: str, shape_code: str, non_finite_code: str
+    value: Any,
+    shape: tuple[int, ...],
+    name: str,
+    shape_code: ProblemCode,
+    non_finite_code: ProblemCode,
 ) -> np.ndarray:
     """``value`` as a float64 array of ``shape``.
 
@@ -237,11 +259,11 @@ def _array(
     if array is None or array.shape != shape:
         got = "a ragged list" if array is None else f"shape {list(array.shape)}"
         detail = f"{name} has {got}; expected shape {list(shape)}"
-        raise invalid(shape_code, detail, expected=list(shape))
+        raise ApiError(shape_code, detail, expected=list(shape))
     bad = np.argwhere(~np.isfinite(array))
     if len(bad):
         where = [int(i) for i in bad[0]]
-        raise invalid(
+        raise ApiError(
             non_finite_code,
             f"{name} has {len(bad)} NaN or infinite entries, the first at index {where}",
             index=where,

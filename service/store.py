@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from client.models import FINISHED_STATES
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
-from service.errors import ApiError, conflict, not_found
+from service.errors import ApiError, ProblemCode
 from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
 from service.problem import SpecCache, StudySpec
@@ -91,7 +91,9 @@ class Store:
                     return stored
                 return self.db.write(run)
         except IntegrityError as exc:
-            raise conflict("conflict", "the request conflicts with a concurrent change") from exc
+            raise ApiError(
+                ProblemCode.CONFLICT, "the request conflicts with a concurrent change"
+            ) from exc
         except ApiError:
             stored = self._replay(tenant_id, idem)
             if stored is not None:
@@ -107,7 +109,7 @@ class Store:
 def _load_config(conn: Connection, study_id: int) -> dict[str, Any]:
     config = conn.execute(select(studies_t.c.config).where(studies_t.c.id == study_id)).scalar()
     if config is None:
-        raise not_found(f"study {study_id}")
+        raise ApiError(ProblemCode.NOT_FOUND, f"study {study_id} does not exist")
     return config
 
 
@@ -115,7 +117,7 @@ def row_or_404(conn: Connection, query: Select[Any], params: dict[str, Any], wha
     """The first row of ``query``, or a 404 ``not_found`` naming ``what``."""
     row = conn.execute(query, params).first()
     if row is None:
-        raise not_found(what)
+        raise ApiError(ProblemCode.NOT_FOUND, f"{what} does not exist")
     return row
 
 
@@ -123,7 +125,7 @@ def row_or_404(conn: Connection, query: Select[Any], params: dict[str, Any], wha
 def _study_query(columns: tuple[str, ...] | None, for_update: bool) -> Select[Any]:
     """The statement of ``find_study``, built once per column set; SQLAlchemy then reuses its
     compiled form."""
-    query = select(studies_t if columns is None else studies_t.c[columns]).where(
+    query = select(*(studies_t.c if columns is None else studies_t.c[columns])).where(
         studies_t.c.id == bindparam("study_id"),
         studies_t.c.tenant_id == bindparam("tenant_id"),
         studies_t.c.deleted_at.is_(None),
@@ -153,8 +155,8 @@ def find_study(
     params = {"study_id": study_id, "tenant_id": tenant_id}
     row = row_or_404(conn, query, params, f"study {study_id}")
     if require_active and row.state != "active":
-        raise conflict(
-            "study_not_active",
+        raise ApiError(
+            ProblemCode.STUDY_NOT_ACTIVE,
             f"study {study_id} is {row.state}; set its state to active to ask for trials",
             state=row.state,
         )
@@ -194,6 +196,10 @@ _TRIAL_FOR_UPDATE = (
 )
 
 
+def trial_not_found(study_id: int, number: int) -> ApiError:
+    return ApiError(ProblemCode.TRIAL_NOT_FOUND, f"study {study_id} has no trial {number}")
+
+
 def unfinished_trial(
     conn: Connection, tenant_id: int, study_id: int, number: int, now: datetime
 ) -> tuple[Row, int]:
@@ -212,10 +218,10 @@ def unfinished_trial(
     ).first()
     if row is None:
         find_study(conn, tenant_id, study_id)
-        raise ApiError(404, "trial_not_found", f"study {study_id} has no trial {number}")
+        raise trial_not_found(study_id, number)
     if row.state in FINISHED_STATES:
-        raise conflict(
-            "trial_finished",
+        raise ApiError(
+            ProblemCode.TRIAL_FINISHED,
             f"trial {number} is already {row.state}; a finished trial cannot change",
             state=row.state,
         )

@@ -21,9 +21,9 @@ from client.models import (
     StudyUpdate,
     TrialPublic,
 )
-from engines.errors import EngineOptionsError, EngineUnsupported, SpaceError
+from engines.errors import EngineError
 from engines.metrics import hypervolume, loo_emd, non_dominated
-from service.errors import conflict, invalid, not_found
+from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
 from service.problem import StudySpec, build_spec
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
@@ -35,14 +35,10 @@ def validate_config(config: StudyConfig) -> StudySpec:
     ``engine_unsupported`` or ``invalid_study``."""
     try:
         return build_spec(config)
-    except SpaceError as exc:
-        raise invalid("invalid_search_space", str(exc)) from exc
-    except EngineOptionsError as exc:
-        raise invalid("invalid_engine", str(exc)) from exc
-    except EngineUnsupported as exc:
-        raise invalid("engine_unsupported", str(exc)) from exc
+    except EngineError as exc:
+        raise engine_error(exc) from exc
     except ValueError as exc:
-        raise invalid("invalid_study", str(exc)) from exc
+        raise ApiError(ProblemCode.INVALID_STUDY, str(exc)) from exc
 
 
 def config_of(body: StudyCreate) -> dict[str, Any]:
@@ -106,8 +102,8 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
                 stored.pop("seed", None)
                 wanted.pop("seed", None)
             if stored != wanted:
-                raise conflict(
-                    "study_exists",
+                raise ApiError(
+                    ProblemCode.STUDY_EXISTS,
                     f"a study named {body.name!r} exists with a different configuration; "
                     "choose another name or delete that study",
                     study_id=existing.id,
@@ -189,7 +185,7 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
                 )
             ).first()
             if exists is None:
-                raise not_found(f"study {study_id}")
+                raise ApiError(ProblemCode.NOT_FOUND, f"study {study_id} does not exist")
 
     store.db.write(fn)
     # This process frees the arrays now; others evict them in time (the study is never
@@ -271,13 +267,16 @@ def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
         ref = spec.problem.reference_point
         if ref is None:
             return BestPublic(trials=trials, feasible_found=True, pareto_set_loo_emd=spread)
-        assert all(t.values is not None for t in trials)
-        Y = np.array([[t.values[n] for n in spec.objective_names] for t in trials])  # type: ignore[index]
+        # The best trials are completed, so every one has values; the filter is for the type.
+        told = [t.values for t in trials if t.values is not None]
+        Y = np.array([[values[n] for n in spec.objective_names] for values in told])
         return BestPublic(
             trials=trials,
             feasible_found=True,
             hypervolume=hypervolume(Y.reshape(-1, len(ref)) * spec.signs, ref),
-            reference_point={o.name: o.reference for o in spec.config.objectives},  # type: ignore[misc]
+            reference_point={
+                o.name: o.reference for o in spec.config.objectives if o.reference is not None
+            },
             pareto_set_loo_emd=spread,
         )
 

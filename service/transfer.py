@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 
 from client.models import FINISHED_STATES, StudyCreate, StudyExport, StudyPublic, TrialExport
 from engines.errors import SpaceError
-from service.errors import conflict, invalid
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.problem import StudySpec
 from service.store import Answer, Store, find_study, measurements_t, studies_t, trials_t, utcnow
@@ -99,16 +99,18 @@ def import_study(
     spec = validate_config(study)
     numbers = [t.number for t in body.trials]
     if len(set(numbers)) != len(numbers):
-        raise invalid("invalid_import", "trial numbers in the export are not unique")
+        raise ApiError(ProblemCode.INVALID_IMPORT, "trial numbers in the export are not unique")
     for t in body.trials:
         steps = [m.step for m in t.measurements]
         if len(set(steps)) != len(steps):
-            raise invalid("invalid_import", f"trial {t.number} repeats a measurement step")
+            raise ApiError(
+                ProblemCode.INVALID_IMPORT, f"trial {t.number} repeats a measurement step"
+            )
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         if find_live(conn, tenant_id, study.name) is not None:
-            raise conflict(
-                "study_exists",
+            raise ApiError(
+                ProblemCode.STUDY_EXISTS,
                 f"a study named {study.name!r} exists; import under another name (?name=...)",
             )
         study_id = insert_study(conn, tenant_id, study)
@@ -161,7 +163,7 @@ def _insert_imported(
     try:
         params = spec.space.validate(t.params)
     except SpaceError as exc:
-        raise invalid("invalid_import", f"trial {t.number}: {exc}") from exc
+        raise ApiError(ProblemCode.INVALID_IMPORT, f"trial {t.number}: {exc}") from exc
     state = "stale" if t.state == "running" else t.state
     values = constraints = feasible = None
     if state == "completed":

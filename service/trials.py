@@ -6,6 +6,7 @@ Asking for trials is ``service.ask``; leases and heartbeats are ``service.leases
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +24,7 @@ from client.models import (
     TrialsPage,
 )
 from engines.errors import SpaceError
-from service.errors import conflict, invalid, not_found
+from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.leases import extended_lease
 from service.problem import StudySpec
@@ -33,6 +34,7 @@ from service.store import (
     find_study,
     measurements_t,
     studies_t,
+    trial_not_found,
     trials_t,
     unfinished_trial,
     utcnow,
@@ -97,8 +99,8 @@ _FINISH_TRIAL = (
 
 #: The codes of a wrong set of objective or constraint metrics: unknown names, missing names.
 _METRIC_CODES = {
-    "objective": ("unknown_objective", "missing_objective"),
-    "constraint": ("unknown_constraint", "missing_constraint"),
+    "objective": (ProblemCode.UNKNOWN_OBJECTIVE, ProblemCode.MISSING_OBJECTIVE),
+    "constraint": (ProblemCode.UNKNOWN_CONSTRAINT, ProblemCode.MISSING_CONSTRAINT),
 }
 
 
@@ -108,15 +110,17 @@ def _finite_metrics(
     unknown_code, missing_code = _METRIC_CODES[kind]
     unknown = sorted(set(given) - set(names))
     if unknown:
-        raise invalid(
+        raise ApiError(
             unknown_code, f"unknown {kind} name(s) {unknown}; the study has {list(names)}"
         )
     missing = [n for n in names if n not in given]
     if missing:
-        raise invalid(missing_code, f"missing {kind} value(s) for {missing}")
+        raise ApiError(missing_code, f"missing {kind} value(s) for {missing}")
     bad = [n for n in names if not math.isfinite(given[n])]
     if bad:
-        raise invalid("non_finite_value", f"{kind} value(s) {bad} are NaN or infinite; {hint}")
+        raise ApiError(
+            ProblemCode.NON_FINITE_VALUE, f"{kind} value(s) {bad} are NaN or infinite; {hint}"
+        )
     return {n: float(given[n]) for n in names}
 
 
@@ -180,8 +184,8 @@ def _store_checkpoint(
         if trial.unit is not None and not _has_checkpoint(
             conn, trial.id, int(trial.unit["to_step"])
         ):
-            raise invalid(
-                "checkpoint_required",
+            raise ApiError(
+                ProblemCode.CHECKPOINT_REQUIRED,
                 f"trial {trial.number} is a training unit: tell it with the reference of the "
                 "checkpoint the worker saved ('checkpoint'), so that later units can load it",
             )
@@ -248,7 +252,9 @@ def report(
         spec = store.spec(conn, study_id)
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
         if bad:
-            raise invalid("non_finite_value", f"reported value(s) {bad} are NaN or infinite")
+            raise ApiError(
+                ProblemCode.NON_FINITE_VALUE, f"reported value(s) {bad} are NaN or infinite"
+            )
         _put_measurement(conn, trial.id, req.step, req.values, req.checkpoint, now)
         if trial.state == "running":
             lease = extended_lease(trial, spec, HeartbeatRequest(), now)
@@ -274,15 +280,15 @@ def enqueue(
         study = find_study(conn, tenant_id, study_id, for_update=True)
         spec = store.spec(conn, study_id)
         if spec.engine.schedules_units:
-            raise conflict(
-                "engine_schedules_units",
+            raise ApiError(
+                ProblemCode.ENGINE_SCHEDULES_UNITS,
                 f"engine {spec.engine.name!r} schedules its own training units; a trial cannot "
                 "be added by hand",
             )
         try:
             params = spec.space.validate(req.params)
         except SpaceError as exc:
-            raise invalid("invalid_params", str(exc)) from exc
+            raise ApiError(ProblemCode.INVALID_PARAMS, str(exc)) from exc
         now = utcnow()
         number = study.next_trial_number
         x = spec.space.encode(params)
@@ -313,7 +319,7 @@ def list_trials(
     store: Store,
     tenant_id: int,
     study_id: int,
-    states: list[str] | None,
+    states: Sequence[str] | None,
     after: int | None,
     limit: int,
 ) -> TrialsPage:
@@ -332,28 +338,29 @@ def list_trials(
     return store.db.read(fn)
 
 
-def get_trial(store: Store, tenant_id: int, study_id: int, number: int) -> TrialPublic:
-    def fn(conn: Connection) -> TrialPublic:
-        find_study(conn, tenant_id, study_id)
-        row = conn.execute(
-            select(trials_t).where(trials_t.c.study_id == study_id, trials_t.c.number == number)
-        ).first()
-        if row is None:
-            raise not_found(f"trial {number} of study {study_id}")
-        return trial_public(row)
+def _trial(conn: Connection, tenant_id: int, study_id: int, number: int) -> Row:
+    """Raises: ApiError 404 ``not_found`` for the study, ``trial_not_found`` for the trial."""
+    find_study(conn, tenant_id, study_id)
+    row = conn.execute(
+        select(trials_t).where(trials_t.c.study_id == study_id, trials_t.c.number == number)
+    ).first()
+    if row is None:
+        raise trial_not_found(study_id, number)
+    return row
 
-    return store.db.read(fn)
+
+def get_trial(store: Store, tenant_id: int, study_id: int, number: int) -> TrialPublic:
+    return store.db.read(lambda conn: trial_public(_trial(conn, tenant_id, study_id, number)))
 
 
 def list_measurements(
     store: Store, tenant_id: int, study_id: int, number: int
 ) -> list[MeasurementPublic]:
     def fn(conn: Connection) -> list[MeasurementPublic]:
-        find_study(conn, tenant_id, study_id)
+        trial = _trial(conn, tenant_id, study_id, number)
         rows = conn.execute(
             select(measurements_t)
-            .join(trials_t, trials_t.c.id == measurements_t.c.trial_id)
-            .where(trials_t.c.study_id == study_id, trials_t.c.number == number)
+            .where(measurements_t.c.trial_id == trial.id)
             .order_by(measurements_t.c.step)
         )
         return [measurement_public(r) for r in rows]

@@ -9,7 +9,7 @@ objective; the score of its starting weights is the first objective reported at 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import bindparam, select
@@ -17,9 +17,9 @@ from sqlalchemy.engine import Connection, Row
 
 from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
-from service.errors import ApiError, invalid, not_found
+from service.errors import ApiError, ProblemCode
 from service.problem import StudySpec
-from service.store import Store, find_study, measurements_t, trials_t
+from service.store import Store, find_study, measurements_t, trial_not_found, trials_t
 from service.wire import from_columns
 
 _UNIT_TRIALS = (
@@ -49,7 +49,7 @@ _UNIT_MEASUREMENTS = (
 
 
 def _unit_rows(conn: Connection, study_id: int) -> tuple[list[Row], dict[int, list[Row]]]:
-    trials = conn.execute(_UNIT_TRIALS, {"study_id": study_id}).all()
+    trials = list(conn.execute(_UNIT_TRIALS, {"study_id": study_id}))
     measurements: dict[int, list[Row]] = {}
     for m in conn.execute(_UNIT_MEASUREMENTS, {"study_id": study_id}):
         measurements.setdefault(m.trial_id, []).append(m)
@@ -74,7 +74,9 @@ def _units(
     for t in trials:
         ms = measurements.get(t.id, [])
         before = [m for m in ms if m.step == t.unit["from_step"] and name in m.values]
-        state = "completed" if t.state == "completed" else "failed"
+        state: Literal["pending", "completed", "failed"] = (
+            "completed" if t.state == "completed" else "failed"
+        )
         if t.state in ("waiting", "running", "stale"):
             state = "pending"
         units.append(
@@ -82,7 +84,7 @@ def _units(
                 number=t.number,
                 x=np.frombuffer(t.x, dtype=np.float64).copy(),
                 spec=t.unit,
-                state=state,  # type: ignore[arg-type]
+                state=state,
                 y=sign * t.values[name] if state == "completed" else None,
                 y_before=sign * before[0].values[name] if before else None,
                 checkpoint=_checkpoint(ms),
@@ -128,8 +130,8 @@ def _scheduler_rows(
     study = find_study(conn, tenant_id, study_id)
     spec = store.spec(conn, study_id)
     if not spec.engine.schedules_units:
-        raise invalid(
-            "not_a_scheduler_study",
+        raise ApiError(
+            ProblemCode.NOT_A_SCHEDULER_STUDY,
             f"study {study_id} uses engine {spec.engine.name!r}, which hands out no training "
             "units; lineage and checkpoints exist for the schedulers (pbt, ipbt)",
         )
@@ -142,7 +144,7 @@ def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage
     def fn(conn: Connection) -> Lineage:
         _, _, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         if number not in {t.number for t in trials}:
-            raise not_found(f"unit trial {number} of study {study_id}")
+            raise trial_not_found(study_id, number)
         return _chain(trials, measurements, number)
 
     return store.db.read(fn)
@@ -159,7 +161,9 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
         _, spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
         best = best_unit(_units(trials, measurements, spec))
         if best is None:
-            raise ApiError(404, "no_completed_unit", f"study {study_id} has no completed unit yet")
+            raise ApiError(
+                ProblemCode.NO_COMPLETED_UNIT, f"study {study_id} has no completed unit yet"
+            )
         return _chain(trials, measurements, best.number)
 
     return store.db.read(fn)

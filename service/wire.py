@@ -3,7 +3,7 @@ is built here from database rows (or from the values of a row just inserted)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -53,7 +53,7 @@ def study_public(
 
 
 def study_export(
-    row: Row, trials: list[Row], measurements: dict[int, list[dict[str, Any]]]
+    row: Row, trials: Sequence[Row], measurements: dict[int, list[dict[str, Any]]]
 ) -> StudyExport:
     """The study row, its trials in number order and their measurements by trial id."""
     study = StudyCreate.model_validate({**row.config, "name": row.name, "metadata": row.metadata})

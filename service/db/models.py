@@ -8,7 +8,7 @@ human-readable ``params``, so that building an engine's history is a byte concat
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -54,6 +55,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    # Every model here is mapped to a plain table; the service builds Core statements on it.
+    __table__: ClassVar[Table]
 
 
 class Tenant(Base):

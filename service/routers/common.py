@@ -4,13 +4,45 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Response
+from fastapi import APIRouter, Path, Response
 from fastapi.routing import APIRoute
 
-from service.errors import invalid
+from service.errors import ApiError, ProblemCode
 from service.store import Answer
 
 JSON = "application/json"
+
+# The codes of ``service.errors.problems`` that several routes share.
+#: A write: a JSON body, an Idempotency-Key, a transaction that may meet a concurrent one.
+WRITE = (
+    ProblemCode.MALFORMED_JSON,
+    ProblemCode.BODY_TOO_LARGE,
+    ProblemCode.VALIDATION_ERROR,
+    ProblemCode.INVALID_IDEMPOTENCY_KEY,
+    ProblemCode.IDEMPOTENCY_KEY_REUSED,
+    ProblemCode.CONFLICT,
+)
+#: A read of a study named in the path.
+STUDY = (ProblemCode.VALIDATION_ERROR, ProblemCode.NOT_FOUND)
+#: A read of a trial named in the path.
+TRIAL = (*STUDY, ProblemCode.TRIAL_NOT_FOUND)
+#: A write to an unfinished trial named in the path.
+TRIAL_WRITE = (*WRITE, *TRIAL, ProblemCode.TRIAL_FINISHED)
+#: A study config checked (``service.studies.validate_config``) or its engine run.
+CONFIG = (
+    ProblemCode.INVALID_SEARCH_SPACE,
+    ProblemCode.INVALID_ENGINE,
+    ProblemCode.ENGINE_UNSUPPORTED,
+    ProblemCode.UNAVAILABLE,
+)
+#: Told results checked (``service.trials.validate_results``).
+RESULTS = (
+    ProblemCode.UNKNOWN_OBJECTIVE,
+    ProblemCode.MISSING_OBJECTIVE,
+    ProblemCode.UNKNOWN_CONSTRAINT,
+    ProblemCode.MISSING_CONSTRAINT,
+    ProblemCode.NON_FINITE_VALUE,
+)
 
 
 def written(result: Answer) -> Response:
@@ -31,8 +63,15 @@ def cursor_int(cursor: str | None) -> int | None:
     except ValueError:
         value = -1
     if not 0 <= value < 2**31:
-        raise invalid("invalid_cursor", f"cursor {cursor!r} is not one this API returned")
+        raise ApiError(
+            ProblemCode.INVALID_CURSOR, f"cursor {cursor!r} is not one this API returned"
+        )
     return value
+
+
+def api_router(prefix: str, tag: str) -> APIRouter:
+    """A router of ``tag`` whose operations get ``operation_id``'s ids."""
+    return APIRouter(prefix=prefix, tags=[tag], generate_unique_id_function=operation_id)
 
 
 def operation_id(route: APIRoute) -> str:

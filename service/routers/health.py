@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
 from sqlalchemy import text
 
 from service.deps import StoreDep
-from service.routers.common import operation_id
+from service.errors import problems
+from service.routers.common import api_router
 
-router = APIRouter(tags=["health"], generate_unique_id_function=operation_id)
+router = api_router("", "health")
 
 
-@router.get("/healthz")
+@router.get("/healthz", responses=problems())
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=problems())
 def readyz(store: StoreDep) -> dict[str, str]:
     store.db.read(lambda conn: conn.execute(text("SELECT 1")))
     return {"status": "ready"}

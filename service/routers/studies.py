@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 
 from client.models import (
     BestPublic,
     CheckpointsPublic,
     Lineage,
+    ProblemCode,
     StudiesPage,
     StudyCreate,
     StudyExport,
@@ -19,17 +20,37 @@ from client.models import (
 )
 from service import studies, transfer, units
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import JSON, StudyId, cursor_int, operation_id, written
+from service.errors import problems
+from service.routers.common import (
+    CONFIG,
+    JSON,
+    RESULTS,
+    STUDY,
+    WRITE,
+    StudyId,
+    api_router,
+    cursor_int,
+    written,
+)
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"], generate_unique_id_function=operation_id)
+router = api_router("/v1/studies", "studies")
 
 
-@router.post("", response_model=StudyPublic, status_code=201)
+@router.post(
+    "",
+    response_model=StudyPublic,
+    status_code=201,
+    responses=problems(*WRITE, *CONFIG, ProblemCode.INVALID_STUDY, ProblemCode.STUDY_EXISTS),
+)
 def create_study(body: StudyCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep) -> Response:
     return written(studies.create_study(store, tenant, body, idem))
 
 
-@router.get("", response_model=StudiesPage)
+@router.get(
+    "",
+    response_model=StudiesPage,
+    responses=problems(ProblemCode.VALIDATION_ERROR, ProblemCode.INVALID_CURSOR),
+)
 def list_studies(
     store: StoreDep,
     tenant: TenantDep,
@@ -39,7 +60,19 @@ def list_studies(
     return studies.list_studies(store, tenant, cursor_int(cursor), limit)
 
 
-@router.post("/import", response_model=StudyPublic, status_code=201)
+@router.post(
+    "/import",
+    response_model=StudyPublic,
+    status_code=201,
+    responses=problems(
+        *WRITE,
+        *CONFIG,
+        *RESULTS,
+        ProblemCode.INVALID_STUDY,
+        ProblemCode.STUDY_EXISTS,
+        ProblemCode.INVALID_IMPORT,
+    ),
+)
 def import_study(
     body: StudyExport,
     store: StoreDep,
@@ -50,40 +83,48 @@ def import_study(
     return written(transfer.import_study(store, tenant, body, name, idem))
 
 
-@router.get("/{study_id}", response_model=StudyPublic)
+@router.get("/{study_id}", response_model=StudyPublic, responses=problems(*STUDY))
 def get_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> StudyPublic:
     return studies.get_study(store, tenant, study_id)
 
 
-@router.patch("/{study_id}", response_model=StudyPublic)
+@router.patch("/{study_id}", response_model=StudyPublic, responses=problems(*WRITE, *STUDY))
 def update_study(
     study_id: StudyId, body: StudyUpdate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
     return written(studies.update_study(store, tenant, study_id, body, idem))
 
 
-@router.delete("/{study_id}", status_code=204)
+@router.delete("/{study_id}", status_code=204, responses=problems(*STUDY))
 def delete_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Response:
     studies.delete_study(store, tenant, study_id)
     return Response(status_code=204)
 
 
-@router.get("/{study_id}/best", response_model=BestPublic)
+@router.get("/{study_id}/best", response_model=BestPublic, responses=problems(*STUDY))
 def best(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> BestPublic:
     return studies.best(store, tenant, study_id)
 
 
-@router.get("/{study_id}/best/schedule", response_model=Lineage)
+@router.get(
+    "/{study_id}/best/schedule",
+    response_model=Lineage,
+    responses=problems(*STUDY, ProblemCode.NOT_A_SCHEDULER_STUDY, ProblemCode.NO_COMPLETED_UNIT),
+)
 def best_schedule(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Lineage:
     return units.best_schedule(store, tenant, study_id)
 
 
-@router.get("/{study_id}/checkpoints", response_model=CheckpointsPublic)
+@router.get(
+    "/{study_id}/checkpoints",
+    response_model=CheckpointsPublic,
+    responses=problems(*STUDY, ProblemCode.NOT_A_SCHEDULER_STUDY),
+)
 def checkpoints(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> CheckpointsPublic:
     return units.checkpoints(store, tenant, study_id)
 
 
-@router.get("/{study_id}/export", response_model=StudyExport)
+@router.get("/{study_id}/export", response_model=StudyExport, responses=problems(*STUDY))
 def export_study(
     study_id: StudyId,
     store: StoreDep,

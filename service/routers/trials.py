@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 
 from client.models import (
     AskRequest,
@@ -13,6 +13,7 @@ from client.models import (
     HeartbeatRequest,
     Lineage,
     MeasurementPublic,
+    ProblemCode,
     ReportRequest,
     TellRequest,
     TrialCreate,
@@ -23,28 +24,56 @@ from client.models import (
 from service import ask as asking
 from service import leases, trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
-from service.routers.common import StudyId, TrialNumber, cursor_int, operation_id, written
-
-router = APIRouter(
-    prefix="/v1/studies/{study_id}", tags=["trials"], generate_unique_id_function=operation_id
+from service.errors import problems
+from service.routers.common import (
+    CONFIG,
+    RESULTS,
+    STUDY,
+    TRIAL,
+    TRIAL_WRITE,
+    WRITE,
+    StudyId,
+    TrialNumber,
+    api_router,
+    cursor_int,
+    written,
 )
 
+router = api_router("/v1/studies/{study_id}", "trials")
 
-@router.post("/ask", response_model=AskResponse)
+
+@router.post(
+    "/ask",
+    response_model=AskResponse,
+    responses=problems(*WRITE, *STUDY, *CONFIG, ProblemCode.STUDY_NOT_ACTIVE),
+)
 def ask(
     study_id: StudyId, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
     return written(asking.ask(store, tenant, study_id, body, idem))
 
 
-@router.post("/trials", response_model=TrialPublic, status_code=201)
+@router.post(
+    "/trials",
+    response_model=TrialPublic,
+    status_code=201,
+    responses=problems(
+        *WRITE,
+        *STUDY,
+        *RESULTS,
+        ProblemCode.ENGINE_SCHEDULES_UNITS,
+        ProblemCode.INVALID_PARAMS,
+    ),
+)
 def enqueue(
     study_id: StudyId, body: TrialCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
     return written(trials.enqueue(store, tenant, study_id, body, idem))
 
 
-@router.get("/trials", response_model=TrialsPage)
+@router.get(
+    "/trials", response_model=TrialsPage, responses=problems(*STUDY, ProblemCode.INVALID_CURSOR)
+)
 def list_trials(
     study_id: StudyId,
     store: StoreDep,
@@ -56,14 +85,18 @@ def list_trials(
     return trials.list_trials(store, tenant, study_id, state, cursor_int(cursor), limit)
 
 
-@router.get("/trials/{number}", response_model=TrialPublic)
+@router.get("/trials/{number}", response_model=TrialPublic, responses=problems(*TRIAL))
 def get_trial(
     study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
 ) -> TrialPublic:
     return trials.get_trial(store, tenant, study_id, number)
 
 
-@router.post("/trials/{number}/tell", response_model=TrialPublic)
+@router.post(
+    "/trials/{number}/tell",
+    response_model=TrialPublic,
+    responses=problems(*TRIAL_WRITE, *RESULTS, ProblemCode.CHECKPOINT_REQUIRED),
+)
 def tell(
     study_id: StudyId,
     number: TrialNumber,
@@ -75,7 +108,12 @@ def tell(
     return written(trials.tell(store, tenant, study_id, number, body, idem))
 
 
-@router.post("/trials/{number}/report", response_model=MeasurementPublic, status_code=201)
+@router.post(
+    "/trials/{number}/report",
+    response_model=MeasurementPublic,
+    status_code=201,
+    responses=problems(*TRIAL_WRITE, ProblemCode.NON_FINITE_VALUE),
+)
 def report(
     study_id: StudyId,
     number: TrialNumber,
@@ -87,19 +125,31 @@ def report(
     return written(trials.report(store, tenant, study_id, number, body, idem))
 
 
-@router.get("/trials/{number}/measurements", response_model=list[MeasurementPublic])
+@router.get(
+    "/trials/{number}/measurements",
+    response_model=list[MeasurementPublic],
+    responses=problems(*TRIAL),
+)
 def measurements(
     study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
 ) -> list[MeasurementPublic]:
     return trials.list_measurements(store, tenant, study_id, number)
 
 
-@router.get("/trials/{number}/lineage", response_model=Lineage)
+@router.get(
+    "/trials/{number}/lineage",
+    response_model=Lineage,
+    responses=problems(*TRIAL, ProblemCode.NOT_A_SCHEDULER_STUDY),
+)
 def lineage(study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep) -> Lineage:
     return units.lineage(store, tenant, study_id, number)
 
 
-@router.post("/trials/{number}/heartbeat", response_model=TrialPublic)
+@router.post(
+    "/trials/{number}/heartbeat",
+    response_model=TrialPublic,
+    responses=problems(*TRIAL_WRITE, ProblemCode.TRIAL_NOT_RUNNING, ProblemCode.TRIAL_REASSIGNED),
+)
 def heartbeat(
     study_id: StudyId,
     number: TrialNumber,

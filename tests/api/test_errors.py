@@ -1,7 +1,12 @@
 """Bad input gets a clear 4xx problem+json with a stable code, never a 5xx."""
 
+import re
+from pathlib import Path
+
 import pytest
 
+from client.models import ProblemCode
+from engines.errors import EngineOptionsError, EngineRetryable, EngineUnsupported, SpaceError
 from tests.conftest import FLOAT_X, study_body
 
 
@@ -200,3 +205,46 @@ def test_import_with_a_bad_name_or_repeated_steps_is_422(http, sid):
     exported["trials"][0]["measurements"] *= 2
     r = http.post("/v1/studies/import", json=exported, params={"name": "copy"})
     _problem(r, 422, "invalid_import")
+
+
+def test_a_missing_trial_is_trial_not_found_on_every_trial_route(http, sid):
+    for method, suffix, body in [
+        ("GET", "", None),
+        ("GET", "/measurements", None),
+        ("POST", "/tell", {"values": {"value": 1}}),
+        ("POST", "/report", {"step": 1, "values": {"a": 1.0}}),
+        ("POST", "/heartbeat", {}),
+    ]:
+        r = http.request(method, f"/v1/studies/{sid}/trials/42{suffix}", json=body)
+        _problem(r, 404, "trial_not_found")
+    pbt = {"name": "pbt", "options": {"t_max": 10}}
+    scheduler = http.post("/v1/studies", json=study_body("sched", engine=pbt)).json()["id"]
+    _problem(http.get(f"/v1/studies/{scheduler}/trials/42/lineage"), 404, "trial_not_found")
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (SpaceError, 422, "invalid_search_space"),
+        (EngineOptionsError, 422, "invalid_engine"),
+        (EngineUnsupported, 422, "engine_unsupported"),
+        (EngineRetryable, 503, "unavailable"),
+    ],
+)
+def test_engine_errors_at_ask_are_answered_as_at_creation(
+    http, sid, monkeypatch, error, status, code
+):
+    engine = http.app.state.store.spec_for(sid).engine
+
+    def fail(*args, **kwargs):
+        raise error("the engine says no")
+
+    monkeypatch.setattr(type(engine), "suggest", fail)
+    _problem(http.post(f"/v1/studies/{sid}/ask", json={}), status, code)
+
+
+def test_the_readme_lists_every_problem_code_with_its_status():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d{3}) \|", section, flags=re.M))
+    assert rows == {code.value: str(code.status) for code in ProblemCode}

@@ -187,7 +187,7 @@ def test_lineage_and_checkpoints_are_for_scheduler_studies_only(client, http):
     study = client.create_study("plain", [LR])
     (t,) = study.ask()
     r = http.get(f"/v1/studies/{study.id}/trials/{t.number}/lineage")
-    assert r.status_code == 422 and r.json()["code"] == "not_a_scheduler_study"
+    assert r.status_code == 409 and r.json()["code"] == "not_a_scheduler_study"
     sched = _pbt(client, "empty")
     r = http.get(f"/v1/studies/{sched.id}/best/schedule")
     assert r.status_code == 404 and r.json()["code"] == "no_completed_unit"
