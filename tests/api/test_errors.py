@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from client import errors as client_errors
 from client.models import ProblemCode
 from engines.errors import EngineOptionsError, EngineRetryable, EngineUnsupported, SpaceError
 from tests.conftest import FLOAT_X, study_body
@@ -248,3 +249,15 @@ def test_the_readme_lists_every_problem_code_with_its_status():
     section = readme.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d{3}) \|", section, flags=re.M))
     assert rows == {code.value: str(code.status) for code in ProblemCode}
+
+
+def test_the_readme_names_the_class_the_client_raises_for_each_code():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_]+)` \| \d{3} \|.*\| `(\w+)(?:\((\w+)\))?` \|$", section, re.M)
+    assert {code for code, _, _ in rows} == {code.value for code in ProblemCode}
+    for code, name, base in rows:
+        raised = client_errors.error_for(ProblemCode(code).status, {"code": code, "detail": "-"})
+        assert type(raised).__name__ == name
+        if base:
+            assert type(raised).__bases__ == (getattr(client_errors, base),)
