@@ -47,6 +47,7 @@ def study_public(
         StudyPublic,
         row,
         **{**row.config, "seed": row.seed},
+        engine_state_version=row.engine_state_version,
         trial_counts=counts,
         best_values=best_values,
     )
