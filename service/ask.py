@@ -60,7 +60,7 @@ _STUDY_COLUMNS = (
     "state",
     "seed",
     "engine_state",
-    "engine_state_version",
+    "ask_count",
     "next_trial_number",
 )
 # The hot statements are built once; SQLAlchemy then reuses their compiled form.
@@ -87,7 +87,7 @@ _STUDY_AFTER_PROPOSAL = (
         updated_at=bindparam("now"),
         next_trial_number=bindparam("next_number"),
         engine_state=bindparam("engine_state", type_=studies_t.c.engine_state.type),
-        engine_state_version=bindparam("version"),
+        ask_count=bindparam("version"),
     )
 )
 
@@ -161,7 +161,7 @@ def ask(
             study, history, need = snap
             # The engine runs outside any transaction: no connection waits on it.
             proposal = _suggest(call.spec, study, history, need) if need else None
-            version = study.engine_state_version
+            version = study.ask_count
 
             def commit(
                 c: Connection, version: int = version, proposal: Proposal | None = proposal
@@ -220,7 +220,7 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
 
 def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) -> Proposal:
     assert history is not None
-    rng = np.random.default_rng([study.seed, study.engine_state_version])
+    rng = np.random.default_rng([study.seed, study.ask_count])
     try:
         proposal = spec.engine.suggest(spec.problem, history, need, study.engine_state, rng)
     except EngineRetryable as exc:
@@ -251,7 +251,7 @@ def _commit(
         require_active=True,
         columns=_STUDY_COLUMNS,
     )
-    if version is not None and row.engine_state_version != version:
+    if version is not None and row.ask_count != version:
         raise _VersionMoved
     now = utcnow()
     plan = _plan(conn, ask, now)
@@ -348,7 +348,7 @@ def _insert_proposed(
             "now": now,
             "next_number": first + n_new,
             "engine_state": proposal.state,
-            "version": study.engine_state_version + 1,
+            "version": study.ask_count + 1,
         },
     )
     return [trial_public(t) for t in new]

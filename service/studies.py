@@ -76,7 +76,7 @@ def insert_study(conn: Connection, tenant_id: int, body: StudyCreate) -> int:
             metadata=body.metadata,
             seed=seed,
             engine_state={},
-            engine_state_version=0,
+            ask_count=0,
             revision=0,
             next_trial_number=0,
             created_at=now,

@@ -124,7 +124,7 @@ def import_study(
                 # At least every completed_seq given out, as if each trial finished in turn.
                 revision=max(len(seqs), 1),
                 engine_state=body.engine_state,
-                engine_state_version=body.engine_state_version,
+                ask_count=body.engine_state_version,
             )
         )
         return 201, study_with_stats(store, conn, find_study(conn, tenant_id, study_id))

@@ -87,7 +87,7 @@ class Study(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     seed: Mapped[int] = mapped_column(BigInteger)
     engine_state: Mapped[dict[str, Any]] = mapped_column(JSON)
-    engine_state_version: Mapped[int] = mapped_column(Integer)
+    ask_count: Mapped[int] = mapped_column(Integer)
     #: Bumped by every change to the study or its trials.
     revision: Mapped[int] = mapped_column(BigInteger)
     #: The next trial number: O(1) allocation under the study row lock.
