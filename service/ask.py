@@ -6,12 +6,12 @@ How ``ask`` runs without holding a database write lock while an engine computes:
    trials can be handed out without the engine (the worker's own unfinished trials within their
    lease, then enqueued and stale ones), and, if more are needed, the history as arrays.
 2. Call the engine for the missing points, outside any transaction.
-3. In one short write transaction, lock the study row, check that the engine state version is
+3. In one short write transaction, lock the study row, check that the study's ask count is
    the one the snapshot saw (another replica may have asked meanwhile), hand out held and
    queued trials, insert the new ones with numbers from the study's counter, store the new
-   engine state, and commit. If the version moved, go back to 1.
+   engine state and ask count, and commit. If the count moved, go back to 1.
 
-So asks on one study are serialized (in-process lock, row lock on PostgreSQL, version check
+So asks on one study are serialized (in-process lock, row lock on PostgreSQL, ask count check
 across processes), and asks on different studies never wait for each other's engines.
 """
 

@@ -47,6 +47,7 @@ def study_public(
         StudyPublic,
         row,
         **{**row.config, "seed": row.seed},
+        # The wire keeps the column's name from before revision 0006, for compatibility.
         engine_state_version=row.ask_count,
         trial_counts=counts,
         best_values=best_values,

@@ -106,3 +106,27 @@ def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_ur
     _alembic(engine, command.upgrade, "head")
     check_current(engine)
     engine.dispose()
+
+
+def test_0006_renames_engine_state_version_to_ask_count_keeping_the_counts(empty_url):
+    engine = create_engine(empty_url)
+    _alembic(engine, command.upgrade, "0005")
+    config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
+    with engine.begin() as conn:
+        for name, count in (("a", 0), ("b", 7)):
+            _insert_old_study(conn, name, config, engine_state_version=count)
+    by_name = "SELECT name, {} FROM studies ORDER BY name"
+
+    _alembic(engine, command.upgrade, "0006")
+    assert "engine_state_version" not in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        assert conn.execute(text(by_name.format("ask_count"))).all() == [("a", 0), ("b", 7)]
+
+    _alembic(engine, command.downgrade, "0005")
+    assert "ask_count" not in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        counts = conn.execute(text(by_name.format("engine_state_version"))).all()
+    assert counts == [("a", 0), ("b", 7)]
+    _alembic(engine, command.upgrade, "head")
+    check_current(engine)
+    engine.dispose()
