@@ -34,7 +34,7 @@ from service.errors import invalid, unavailable
 from service.history import HistoryCache, full_history
 from service.idempotency import IdemKey, replay
 from service.leases import expire_leases, lease_until
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import (
     Answer,
     Store,
@@ -104,7 +104,7 @@ class _Ask:
     tenant_id: int
     study_id: int
     req: AskRequest
-    spec: StudySpec
+    spec: ParsedStudy
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def _snapshot(conn: Connection, ask: _Ask) -> tuple[Row, History | None, int] | 
 def load_history(
     conn: Connection,
     study_id: int,
-    spec: StudySpec,
+    spec: ParsedStudy,
     X_pending: np.ndarray,
     cache: HistoryCache | None = None,
 ) -> History:
@@ -218,7 +218,7 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
 
 
-def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) -> Proposal:
+def _suggest(spec: ParsedStudy, study: Row, history: History | None, need: int) -> Proposal:
     assert history is not None
     rng = np.random.default_rng([study.seed, study.ask_count])
     try:
@@ -301,7 +301,7 @@ def _hand_out(
     return [trial_public(r) for r in sorted(rows, key=lambda r: r.number)]
 
 
-def _no_history(spec: StudySpec, X_pending: np.ndarray) -> History:
+def _no_history(spec: ParsedStudy, X_pending: np.ndarray) -> History:
     """What an engine that reads no observations is given: the pending points only."""
     problem = spec.problem
     return History(

@@ -46,7 +46,7 @@ from sqlalchemy.engine import Connection, Result
 
 from engines.base import History
 from service.db.models import Trial
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 
 trials_t = Trial.__table__
 
@@ -106,7 +106,7 @@ class _Batch:
 
 
 def full_history(
-    conn: Connection, study_id: int, spec: StudySpec, X_pending: np.ndarray
+    conn: Connection, study_id: int, spec: ParsedStudy, X_pending: np.ndarray
 ) -> History:
     """The completed trials of the study, read whole, in completion order."""
     batch = _read(conn.execute(_FULL, {"study_id": study_id}), spec)
@@ -116,7 +116,7 @@ def full_history(
     return History(batch.X[order], batch.Y[order], batch.C[order], X_pending)
 
 
-def _read(result: Result[Any], spec: StudySpec) -> _Batch:
+def _read(result: Result[Any], spec: ParsedStudy) -> _Batch:
     """The rows of ``_COLUMNS`` in ``result`` as arrays, a chunk at a time."""
     d, m, k = spec.problem.d, spec.problem.n_objectives, spec.problem.n_constraints
     blobs: list[bytes] = []
@@ -139,9 +139,9 @@ def _read(result: Result[Any], spec: StudySpec) -> _Batch:
     return _Batch(X, np.concatenate(Ys), C, seq, np.concatenate(numbers))
 
 
-def _slack(values: np.ndarray, spec: StudySpec) -> np.ndarray:
+def _slack(values: np.ndarray, spec: ParsedStudy) -> np.ndarray:
     """Constraint values ``(n, k)`` as ``C``: ``v - threshold`` for ``<=``, ``threshold - v``
-    for ``>=`` (``StudySpec.constraint_slack``, exactly: ``a - b == -(b - a)`` in floats)."""
+    for ``>=`` (``ParsedStudy.constraint_slack``, exactly: ``a - b == -(b - a)`` in floats)."""
     thresholds = np.array([c.threshold for c in spec.config.constraints])
     orient = np.array([1.0 if c.op == "<=" else -1.0 for c in spec.config.constraints])
     return (values - thresholds) * orient
@@ -159,7 +159,7 @@ def _matrix(texts: Sequence[str], names: tuple[str, ...]) -> np.ndarray:
 class _Entry:
     """One study's arrays: rows ``[:n]`` are filled, the rest is spare capacity."""
 
-    def __init__(self, spec: StudySpec) -> None:
+    def __init__(self, spec: ParsedStudy) -> None:
         self.spec = spec
         #: Whether the full load ran; later loads read only the delta.
         self.loaded = False
@@ -215,7 +215,7 @@ def _frozen(view: np.ndarray) -> np.ndarray:
 class HistoryCache:
     """Completed-history arrays per study, in one process, for one database.
 
-    Entries are rebuilt when the study's ``StudySpec`` object changes (compared by identity),
+    Entries are rebuilt when the study's ``ParsedStudy`` object changes (compared by identity),
     dropped by ``forget`` (a deleted study), and evicted whole, least recently used first, so
     that their buffers take at most ``max_bytes`` (0 turns the cache off). Thread-safe: a
     lock guards the table, and each entry has its own lock for its reads and appends.
@@ -236,7 +236,7 @@ class HistoryCache:
         return study_id in self._entries
 
     def load(
-        self, conn: Connection, study_id: int, spec: StudySpec, X_pending: np.ndarray
+        self, conn: Connection, study_id: int, spec: ParsedStudy, X_pending: np.ndarray
     ) -> History:
         """The study's completed history as of ``conn``'s snapshot, with ``X_pending``.
 

@@ -20,18 +20,18 @@ from sqlalchemy.engine import Connection, Row
 from client.models import AskRequest, HeartbeatRequest, TrialPublic
 from service.errors import conflict
 from service.idempotency import IdemKey, forget_old
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import Answer, Store, bump_revision, trials_t, unfinished_trial, utcnow
 from service.wire import trial_public
 
 log = logging.getLogger("asktell.reaper")
 
 
-def lease_until(spec: StudySpec, req: AskRequest | HeartbeatRequest, now: datetime) -> datetime:
+def lease_until(spec: ParsedStudy, req: AskRequest | HeartbeatRequest, now: datetime) -> datetime:
     return now + timedelta(seconds=req.lease_seconds or spec.config.lease_seconds)
 
 
-def extended_lease(trial: Row, spec: StudySpec, req: HeartbeatRequest, now: datetime) -> datetime:
+def extended_lease(trial: Row, spec: ParsedStudy, req: HeartbeatRequest, now: datetime) -> datetime:
     """An explicit ``lease_seconds`` sets the lease; otherwise it is extended by the study's
     default and never shortened (a trial asked with a long lease keeps it)."""
     new = lease_until(spec, req, now)

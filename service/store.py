@@ -22,7 +22,7 @@ from service.db.session import Database
 from service.errors import ApiError, conflict, not_found
 from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
-from service.problem import SpecCache, StudySpec
+from service.problem import ParsedStudy, SpecCache
 
 studies_t = Study.__table__
 trials_t = Trial.__table__
@@ -54,10 +54,10 @@ class Store:
         with self._guard:
             return self._study_locks[study_id]
 
-    def spec(self, conn: Connection, study_id: int) -> StudySpec:
+    def spec(self, conn: Connection, study_id: int) -> ParsedStudy:
         return self.specs.get(study_id, lambda: _load_config(conn, study_id))
 
-    def spec_for(self, study_id: int) -> StudySpec:
+    def spec_for(self, study_id: int) -> ParsedStudy:
         """The parsed config, from the cache or, on a miss, from a read transaction."""
         return self.specs.peek(study_id) or self.db.read(lambda c: self.spec(c, study_id))
 

@@ -25,12 +25,12 @@ from engines.errors import EngineOptionsError, EngineUnsupported, SpaceError
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
-from service.problem import StudySpec, build_spec
+from service.problem import ParsedStudy, build_spec
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
 from service.wire import study_public, trial_public
 
 
-def validate_config(config: StudyConfig) -> StudySpec:
+def validate_config(config: StudyConfig) -> ParsedStudy:
     """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine``,
     ``engine_unsupported`` or ``invalid_study``."""
     try:
@@ -201,7 +201,7 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
 
 
 def _best_trials(
-    conn: Connection, study_id: int, spec: StudySpec
+    conn: Connection, study_id: int, spec: ParsedStudy
 ) -> tuple[list[TrialPublic], np.ndarray]:
     """The best feasible trial or the feasible non-dominated set, and their unit-cube points
     ``(n, d)``."""
@@ -231,7 +231,7 @@ def _best_trials(
 
 
 def _least_violating(
-    conn: Connection, study_id: int, spec: StudySpec
+    conn: Connection, study_id: int, spec: ParsedStudy
 ) -> tuple[TrialPublic | None, float | None]:
     """The completed (infeasible) trial of least total violation and that violation, or
     ``(None, None)`` when no trial is completed. The first by number wins a tie."""

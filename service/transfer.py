@@ -16,7 +16,7 @@ from client.models import FINISHED_STATES, StudyCreate, StudyExport, StudyPublic
 from engines.errors import SpaceError
 from service.errors import conflict, invalid
 from service.idempotency import IdemKey
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import Answer, Store, find_study, measurements_t, studies_t, trials_t, utcnow
 from service.studies import find_live, insert_study, study_with_stats, validate_config
 from service.trials import validate_results
@@ -152,7 +152,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _insert_imported(
     conn: Connection,
-    spec: StudySpec,
+    spec: ParsedStudy,
     study_id: int,
     t: TrialExport,
     now: Any,

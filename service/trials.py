@@ -26,7 +26,7 @@ from engines.errors import SpaceError
 from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
 from service.leases import extended_lease
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import (
     Answer,
     Store,
@@ -41,7 +41,7 @@ from service.wire import measurement_public, trial_public
 
 
 def new_trial(
-    spec: StudySpec,
+    spec: ParsedStudy,
     study_id: int,
     number: int,
     x: np.ndarray,
@@ -121,7 +121,7 @@ def _finite_metrics(
 
 
 def validate_results(
-    spec: StudySpec, values: dict[str, float] | None, constraints: dict[str, float]
+    spec: ParsedStudy, values: dict[str, float] | None, constraints: dict[str, float]
 ) -> tuple[dict[str, float], dict[str, float], bool]:
     """Check told values and constraint metrics; return them in order with feasibility.
 

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Row
 from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
 from service.errors import ApiError, invalid, not_found
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import Store, find_study, measurements_t, trials_t
 from service.wire import from_columns
 
@@ -61,13 +61,13 @@ def _checkpoint(measurements: list[Row]) -> str | None:
     return saved[-1] if saved else None
 
 
-def load_units(conn: Connection, study_id: int, spec: StudySpec) -> tuple[Unit, ...]:
+def load_units(conn: Connection, study_id: int, spec: ParsedStudy) -> tuple[Unit, ...]:
     """Every unit of the study as the engine sees it, in trial-number order."""
     return _units(*_unit_rows(conn, study_id), spec)
 
 
 def _units(
-    trials: list[Row], measurements: dict[int, list[Row]], spec: StudySpec
+    trials: list[Row], measurements: dict[int, list[Row]], spec: ParsedStudy
 ) -> tuple[Unit, ...]:
     name, sign = spec.objective_names[0], float(spec.signs[0])
     units = []
@@ -119,7 +119,7 @@ def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -
 
 def _scheduler_rows(
     store: Store, conn: Connection, tenant_id: int, study_id: int
-) -> tuple[Row, StudySpec, list[Row], dict[int, list[Row]]]:
+) -> tuple[Row, ParsedStudy, list[Row], dict[int, list[Row]]]:
     """The study row, spec, unit trials and measurements of a scheduler study (``_unit_rows``).
 
     Raises:
