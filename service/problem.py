@@ -63,7 +63,7 @@ def to_param(p: Parameter) -> Param:
     return FixedParam(p.name, p.value)
 
 
-def build_spec(config: StudyConfig) -> ParsedStudy:
+def parse_study(config: StudyConfig) -> ParsedStudy:
     """Parse and validate a study config.
 
     Raises:
@@ -119,7 +119,7 @@ class SpecCache:
     def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> ParsedStudy:
         spec = self._specs.get(study_id)
         if spec is None:
-            spec = build_spec(StudyConfig.model_validate(load_config()))
+            spec = parse_study(StudyConfig.model_validate(load_config()))
             with self._lock:
                 self._specs[study_id] = spec
         return spec

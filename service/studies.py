@@ -25,7 +25,7 @@ from engines.errors import EngineOptionsError, EngineUnsupported, SpaceError
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import conflict, invalid, not_found
 from service.idempotency import IdemKey
-from service.problem import ParsedStudy, build_spec
+from service.problem import ParsedStudy, parse_study
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
 from service.wire import study_public, trial_public
 
@@ -34,7 +34,7 @@ def validate_config(config: StudyConfig) -> ParsedStudy:
     """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine``,
     ``engine_unsupported`` or ``invalid_study``."""
     try:
-        return build_spec(config)
+        return parse_study(config)
     except SpaceError as exc:
         raise invalid("invalid_search_space", str(exc)) from exc
     except EngineOptionsError as exc:

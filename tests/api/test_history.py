@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from service.app import create_app
 from service.ask import load_history
 from service.history import HistoryCache, full_history
-from service.problem import build_spec
+from service.problem import parse_study
 from service.settings import Settings
 from service.store import Store, studies_t, trials_t
 from tests.conftest import make_test_client, study_body
@@ -232,7 +232,7 @@ def test_a_new_spec_object_rebuilds_the_arrays(http):
     cached, _ = _cached_and_full(store, sid, spec)
     assert cached.Y[:, 0].tolist() == [1.0, 2.0, 3.0]
     objectives = [o.model_copy(update={"goal": "maximize"}) for o in spec.config.objectives]
-    flipped = build_spec(spec.config.model_copy(update={"objectives": objectives}))
+    flipped = parse_study(spec.config.model_copy(update={"objectives": objectives}))
     cached, full = _cached_and_full(store, sid, flipped)
     assert cached.Y[:, 0].tolist() == [-1.0, -2.0, -3.0]
     _assert_same(cached, full)

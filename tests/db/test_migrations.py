@@ -19,7 +19,7 @@ from service.db.migrate import (
 )
 from service.db.models import Base
 from service.history import full_history
-from service.problem import build_spec
+from service.problem import parse_study
 from service.settings import Settings
 from service.store import trials_t
 from tests.conftest import FLOAT_X, scratch_database
@@ -91,7 +91,7 @@ def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_ur
     _alembic(engine, command.upgrade, "0003")
     columns, indexes = _trial_columns_and_indexes(engine)
     assert "completed_seq" in columns and "ix_trials_study_completed_seq" in indexes
-    spec = build_spec(StudyConfig.model_validate(config))
+    spec = parse_study(StudyConfig.model_validate(config))
     with engine.connect() as conn:
         seqs = conn.execute(select(trials_t.c.completed_seq)).scalars().all()
         history = full_history(conn, sid, spec, np.zeros((0, 1)))
