@@ -54,7 +54,7 @@ _ASK_ATTEMPTS = 12
 _ASK_LOCK = 7001
 
 #: The study columns an ask reads: the snapshot and the commit each read the row, and the
-#: config (the largest column) comes from ``Store.spec_for``.
+#: config (the largest column) comes from ``Store.parsed_study_for``.
 _STUDY_COLUMNS = (
     "id",
     "state",
@@ -142,7 +142,7 @@ def ask(
     store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
 ) -> Answer:
     """Hand out ``req.count`` trials; see the module docstring for how."""
-    call = _Ask(store, tenant_id, study_id, req, store.spec_for(study_id))
+    call = _Ask(store, tenant_id, study_id, req, store.parsed_study_for(study_id))
     if not call.spec.engine.uses_observations:
         # An engine that reads no observations (random) is cheap: it runs inside the one
         # write transaction, under the study row lock.

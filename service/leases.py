@@ -65,7 +65,7 @@ def _expire_study(
     store: Store, conn: Connection, study_id: int, trials: list[Row], now: datetime
 ) -> bool:
     """Apply the study's lease policy to its ``trials``; whether any of them changed."""
-    config = store.spec(conn, study_id).config
+    config = store.parsed_study(conn, study_id).config
     requeue = [
         config.on_lease_expiry == "requeue" and t.retries < config.max_retries for t in trials
     ]
@@ -117,7 +117,7 @@ def heartbeat(
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
         trial, _ = unfinished_trial(conn, tenant_id, study_id, number, now)
-        spec = store.spec(conn, study_id)
+        spec = store.parsed_study(conn, study_id)
         _check_held(trial, req)
         worker_id = req.worker_id if trial.state == "stale" else trial.worker_id
         updated = conn.execute(

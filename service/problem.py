@@ -106,20 +106,20 @@ def parse_study(config: StudyConfig) -> ParsedStudy:
     )
 
 
-class SpecCache:
+class ParsedStudyCache:
     """Parsed study configs by study id, for one database."""
 
     def __init__(self) -> None:
-        self._specs: dict[int, ParsedStudy] = {}
+        self._by_id: dict[int, ParsedStudy] = {}
         self._lock = threading.Lock()
 
     def peek(self, study_id: int) -> ParsedStudy | None:
-        return self._specs.get(study_id)
+        return self._by_id.get(study_id)
 
     def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> ParsedStudy:
-        spec = self._specs.get(study_id)
+        spec = self._by_id.get(study_id)
         if spec is None:
             spec = parse_study(StudyConfig.model_validate(load_config()))
             with self._lock:
-                self._specs[study_id] = spec
+                self._by_id[study_id] = spec
         return spec

@@ -121,7 +121,7 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
 
 def study_with_stats(store: Store, conn: Connection, row: Row) -> StudyPublic:
     """The study as answered: with its trial counts and, for one objective, best values."""
-    spec = store.spec(conn, row.id)
+    spec = store.parsed_study(conn, row.id)
     best, _ = _best_trials(conn, row.id, spec)
     best_values = best[0].values if len(spec.objective_names) == 1 and best else None
     return study_public(row, _trial_counts(conn, row.id), best_values)
@@ -260,7 +260,7 @@ def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
 
     def fn(conn: Connection) -> BestPublic:
         find_study(conn, tenant_id, study_id)
-        spec = store.spec(conn, study_id)
+        spec = store.parsed_study(conn, study_id)
         trials, X = _best_trials(conn, study_id, spec)
         if not trials:
             least, violation = _least_violating(conn, study_id, spec)

@@ -144,7 +144,7 @@ def tell(
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
         trial, revision = unfinished_trial(conn, tenant_id, study_id, number, now)
-        spec = store.spec(conn, study_id)
+        spec = store.parsed_study(conn, study_id)
         change: dict[str, Any] = {
             "trial_id": trial.id,
             "state": req.state,
@@ -245,7 +245,7 @@ def report(
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
         now = utcnow()
         trial, _ = unfinished_trial(conn, tenant_id, study_id, number, now)
-        spec = store.spec(conn, study_id)
+        spec = store.parsed_study(conn, study_id)
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
         if bad:
             raise invalid("non_finite_value", f"reported value(s) {bad} are NaN or infinite")
@@ -272,7 +272,7 @@ def enqueue(
 
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         study = find_study(conn, tenant_id, study_id, for_update=True)
-        spec = store.spec(conn, study_id)
+        spec = store.parsed_study(conn, study_id)
         if spec.engine.schedules_units:
             raise conflict(
                 "engine_schedules_units",

@@ -126,7 +126,7 @@ def _scheduler_rows(
         ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.
     """
     study = find_study(conn, tenant_id, study_id)
-    spec = store.spec(conn, study_id)
+    spec = store.parsed_study(conn, study_id)
     if not spec.engine.schedules_units:
         raise invalid(
             "not_a_scheduler_study",

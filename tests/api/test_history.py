@@ -59,7 +59,7 @@ def _enqueue_completed(http, sid, value):
 
 def _cached_and_full(store: Store, sid: int, spec=None):
     def fn(conn):
-        s = spec or store.spec(conn, sid)
+        s = spec or store.parsed_study(conn, sid)
         pending = np.zeros((0, s.problem.d))
         return store.history.load(conn, sid, s, pending), full_history(conn, sid, s, pending)
 
@@ -101,7 +101,7 @@ def test_trials_told_out_of_number_order_come_back_in_completion_order(url):
         assert full.Y[:, 0].tolist() == [3.0, 0.0, 4.0, 1.0]
         _assert_same(cached, full)
         uncached = store.db.read(
-            lambda c: load_history(c, sid, store.spec(c, sid), np.zeros((0, 2)))
+            lambda c: load_history(c, sid, store.parsed_study(c, sid), np.zeros((0, 2)))
         )
         _assert_same(uncached, full)
 
@@ -125,7 +125,7 @@ def test_failed_and_infeasible_trials_come_as_x_failed(url):
         for cache in (store.history, None):
             history = store.db.read(
                 lambda c, cache=cache: load_history(
-                    c, sid, store.spec(c, sid), np.zeros((0, 2)), cache
+                    c, sid, store.parsed_study(c, sid), np.zeros((0, 2)), cache
                 )
             )
             assert_array_equal(history.X, stored[0][None, :])
@@ -150,7 +150,7 @@ def test_objectives_and_constraints_become_minimized_y_and_slack_c(url):
             _tell(http, sid, n, values=told[n][0], constraints=told[n][1])
         store = _store(http)
         cached, full = _cached_and_full(store, sid)
-        spec = store.spec_for(sid)
+        spec = store.parsed_study_for(sid)
     expected_Y = [[v["loss"], -v["acc"]] for v, _ in told.values()]
     expected_C = [spec.constraint_slack(c) for _, c in told.values()]
     assert cached.Y.tolist() == expected_Y and cached.C.tolist() == expected_C
@@ -228,7 +228,7 @@ def test_a_new_spec_object_rebuilds_the_arrays(http):
     for n in _ask(http, sid, count=3):
         _tell(http, sid, n, values={"value": float(n) + 1})
     store = _store(http)
-    spec = store.db.read(lambda c: store.spec(c, sid))
+    spec = store.db.read(lambda c: store.parsed_study(c, sid))
     cached, _ = _cached_and_full(store, sid, spec)
     assert cached.Y[:, 0].tolist() == [1.0, 2.0, 3.0]
     objectives = [o.model_copy(update={"goal": "maximize"}) for o in spec.config.objectives]
@@ -276,7 +276,7 @@ def test_the_cache_keeps_to_its_memory_cap_least_recently_used_first(http):
 
     def load(sid, cache=cache):
         def fn(conn):
-            spec = store.spec(conn, sid)
+            spec = store.parsed_study(conn, sid)
             return cache.load(conn, sid, spec, np.zeros((0, 2)))
 
         return store.db.read(fn)
