@@ -117,9 +117,9 @@ class ParsedStudyCache:
         return self._by_id.get(study_id)
 
     def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> ParsedStudy:
-        spec = self._by_id.get(study_id)
-        if spec is None:
-            spec = parse_study(StudyConfig.model_validate(load_config()))
+        parsed = self._by_id.get(study_id)
+        if parsed is None:
+            parsed = parse_study(StudyConfig.model_validate(load_config()))
             with self._lock:
-                self._by_id[study_id] = spec
-        return spec
+                self._by_id[study_id] = parsed
+        return parsed

@@ -96,7 +96,7 @@ def import_study(
         if name
         else body.study
     )
-    spec = validate_config(study)
+    parsed = validate_config(study)
     numbers = [t.number for t in body.trials]
     if len(set(numbers)) != len(numbers):
         raise invalid("invalid_import", "trial numbers in the export are not unique")
@@ -115,7 +115,7 @@ def import_study(
         now = utcnow()
         seqs = _completion_seqs(body.trials)
         for t in body.trials:
-            _insert_imported(conn, spec, study_id, t, now, seqs.get(t.number))
+            _insert_imported(conn, parsed, study_id, t, now, seqs.get(t.number))
         conn.execute(
             update(studies_t)
             .where(studies_t.c.id == study_id)
@@ -152,20 +152,20 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _insert_imported(
     conn: Connection,
-    spec: ParsedStudy,
+    parsed: ParsedStudy,
     study_id: int,
     t: TrialExport,
     now: Any,
     completed_seq: int | None,
 ) -> None:
     try:
-        params = spec.space.validate(t.params)
+        params = parsed.space.validate(t.params)
     except SpaceError as exc:
         raise invalid("invalid_import", f"trial {t.number}: {exc}") from exc
     state = "stale" if t.state == "running" else t.state
     values = constraints = feasible = None
     if state == "completed":
-        values, cons, feasible = validate_results(spec, t.values, t.constraints or {})
+        values, cons, feasible = validate_results(parsed, t.values, t.constraints or {})
         constraints = cons or None
     trial_id = conn.execute(
         insert(trials_t)
@@ -174,7 +174,7 @@ def _insert_imported(
             number=t.number,
             state=state,
             params=params,
-            x=np.ascontiguousarray(spec.space.encode(params)).tobytes(),
+            x=np.ascontiguousarray(parsed.space.encode(params)).tobytes(),
             values=values,
             constraints=constraints,
             feasible=feasible,

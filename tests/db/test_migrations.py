@@ -91,10 +91,10 @@ def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_ur
     _alembic(engine, command.upgrade, "0003")
     columns, indexes = _trial_columns_and_indexes(engine)
     assert "completed_seq" in columns and "ix_trials_study_completed_seq" in indexes
-    spec = parse_study(StudyConfig.model_validate(config))
+    parsed = parse_study(StudyConfig.model_validate(config))
     with engine.connect() as conn:
         seqs = conn.execute(select(trials_t.c.completed_seq)).scalars().all()
-        history = full_history(conn, sid, spec, np.zeros((0, 1)))
+        history = full_history(conn, sid, parsed, np.zeros((0, 1)))
     assert seqs == [None, None, None]
     assert history.Y[:, 0].tolist() == [0.0, 1.0, 2.0]
 
