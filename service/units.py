@@ -120,7 +120,8 @@ def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -
 def _scheduler_rows(
     store: Store, conn: Connection, tenant_id: int, study_id: int
 ) -> tuple[Row, ParsedStudy, list[Row], dict[int, list[Row]]]:
-    """The study row, parsed, unit trials and measurements of a scheduler study (``_unit_rows``).
+    """The study row, parsed study, unit trials and measurements of a scheduler study
+    (``_unit_rows``).
 
     Raises:
         ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.

@@ -221,9 +221,9 @@ def test_the_cache_reads_only_trials_completed_since_its_last_load(http):
     _assert_same(cached, full)
 
 
-def test_a_new_spec_object_rebuilds_the_arrays(http):
-    """Study configs do not change through the API; a new parsed object (another parse of the
-    config) must still never be served arrays built for the old one."""
+def test_a_new_parsed_study_rebuilds_the_arrays(http):
+    """Study configs do not change through the API; a new ``ParsedStudy`` (another parse of
+    the config) must still never be served arrays built for the old one."""
     sid = _create(http, engine=GP_INITIAL)
     for n in _ask(http, sid, count=3):
         _tell(http, sid, n, values={"value": float(n) + 1})
