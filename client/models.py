@@ -210,6 +210,7 @@ class StudyPublic(StudyConfig):
     seed: int
     revision: int
     engine_state: dict[str, Any]
+    #: How many asks ran the engine: the server's ``ask_count``, under the API's older name.
     engine_state_version: int
     trial_counts: dict[str, int]
     best_values: dict[str, float] | None = None
@@ -376,6 +377,7 @@ class StudyExport(_Request):
     #: The engine's state, so that an imported study continues where the original was (the
     #: random engine does not repeat its points).
     engine_state: JsonDict = Field(default_factory=dict)
+    #: The study's ask count (``StudyPublic.engine_state_version``); it seeds the next ask's rng.
     engine_state_version: Int32 = 0
 
 

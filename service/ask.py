@@ -34,7 +34,7 @@ from service.errors import engine_error, unavailable
 from service.history import HistoryCache, full_history
 from service.idempotency import IdemKey, replay
 from service.leases import expire_leases, lease_until
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import (
     Answer,
     Store,
@@ -54,13 +54,13 @@ _ASK_ATTEMPTS = 12
 _ASK_LOCK = 7001
 
 #: The study columns an ask reads: the snapshot and the commit each read the row, and the
-#: config (the largest column) comes from ``Store.spec_for``.
+#: config (the largest column) comes from ``Store.parsed_study_for``.
 _STUDY_COLUMNS = (
     "id",
     "state",
     "seed",
     "engine_state",
-    "engine_state_version",
+    "ask_count",
     "next_trial_number",
 )
 # The hot statements are built once; SQLAlchemy then reuses their compiled form.
@@ -87,7 +87,7 @@ _STUDY_AFTER_PROPOSAL = (
         updated_at=bindparam("now"),
         next_trial_number=bindparam("next_number"),
         engine_state=bindparam("engine_state", type_=studies_t.c.engine_state.type),
-        engine_state_version=bindparam("version"),
+        ask_count=bindparam("version"),
     )
 )
 
@@ -104,7 +104,7 @@ class _Ask:
     tenant_id: int
     study_id: int
     req: AskRequest
-    spec: StudySpec
+    parsed: ParsedStudy
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
     )
     queued = [r for r in by_number if r.state in ("waiting", "stale")]
     handed = (held + queued)[: ask.req.count]
-    X_pending = _stack([r.x for r in by_number], ask.spec.problem.d)
+    X_pending = _stack([r.x for r in by_number], ask.parsed.problem.d)
     return _Plan(expired, handed, ask.req.count - len(handed), X_pending)
 
 
@@ -142,8 +142,8 @@ def ask(
     store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
 ) -> Answer:
     """Hand out ``req.count`` trials; see the module docstring for how."""
-    call = _Ask(store, tenant_id, study_id, req, store.spec_for(study_id))
-    if not call.spec.engine.uses_observations:
+    call = _Ask(store, tenant_id, study_id, req, store.parsed_study_for(study_id))
+    if not call.parsed.engine.uses_observations:
         # An engine that reads no observations (random) is cheap: it runs inside the one
         # write transaction, under the study row lock.
         return store.write(tenant_id, idem, lambda c: _commit(c, call))
@@ -160,8 +160,8 @@ def ask(
                 continue
             study, history, need = snap
             # The engine runs outside any transaction: no connection waits on it.
-            proposal = _suggest(call.spec, study, history, need) if need else None
-            version = study.engine_state_version
+            proposal = _suggest(call.parsed, study, history, need) if need else None
+            version = study.ask_count
 
             def commit(
                 c: Connection, version: int = version, proposal: Proposal | None = proposal
@@ -186,17 +186,17 @@ def _snapshot(conn: Connection, ask: _Ask) -> tuple[Row, History | None, int] | 
         return None
     if plan.need == 0:
         return row, None, 0
-    spec = ask.spec
-    history = load_history(conn, ask.study_id, spec, plan.X_pending, ask.store.history)
-    if spec.engine.schedules_units:
-        history = replace(history, units=load_units(conn, ask.study_id, spec))
+    parsed = ask.parsed
+    history = load_history(conn, ask.study_id, parsed, plan.X_pending, ask.store.history)
+    if parsed.engine.schedules_units:
+        history = replace(history, units=load_units(conn, ask.study_id, parsed))
     return row, history, plan.need
 
 
 def load_history(
     conn: Connection,
     study_id: int,
-    spec: StudySpec,
+    parsed: ParsedStudy,
     X_pending: np.ndarray,
     cache: HistoryCache | None = None,
 ) -> History:
@@ -205,11 +205,11 @@ def load_history(
 
     With ``cache`` (the store's), only the trials completed since its last load are read."""
     if cache is None:
-        history = full_history(conn, study_id, spec, X_pending)
+        history = full_history(conn, study_id, parsed, X_pending)
     else:
-        history = cache.load(conn, study_id, spec, X_pending)
+        history = cache.load(conn, study_id, parsed, X_pending)
     failed = conn.execute(_FAILED_POINTS, {"study_id": study_id}).scalars().all()
-    return replace(history, X_failed=_stack(list(failed), spec.problem.d)) if failed else history
+    return replace(history, X_failed=_stack(list(failed), parsed.problem.d)) if failed else history
 
 
 def _stack(blobs: list[bytes], d: int) -> np.ndarray:
@@ -218,20 +218,20 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
 
 
-def _suggest(spec: StudySpec, study: Row, history: History | None, need: int) -> Proposal:
+def _suggest(parsed: ParsedStudy, study: Row, history: History | None, need: int) -> Proposal:
     assert history is not None
-    rng = np.random.default_rng([study.seed, study.engine_state_version])
+    rng = np.random.default_rng([study.seed, study.ask_count])
     try:
-        proposal = spec.engine.suggest(spec.problem, history, need, study.engine_state, rng)
+        proposal = parsed.engine.suggest(parsed.problem, history, need, study.engine_state, rng)
     except EngineError as exc:
         raise engine_error(exc) from exc
-    if spec.engine.schedules_units and len(proposal.units) != len(proposal.X):
-        raise RuntimeError(f"engine {spec.engine.name} returned points without unit documents")
-    rows = len(proposal.X) if spec.engine.schedules_units and len(proposal.X) <= need else need
-    if proposal.X.shape != (rows, spec.problem.d):
+    if parsed.engine.schedules_units and len(proposal.units) != len(proposal.X):
+        raise RuntimeError(f"engine {parsed.engine.name} returned points without unit documents")
+    rows = len(proposal.X) if parsed.engine.schedules_units and len(proposal.X) <= need else need
+    if proposal.X.shape != (rows, parsed.problem.d):
         raise RuntimeError(
-            f"engine {spec.engine.name} returned {proposal.X.shape}, "
-            f"expected {(need, spec.problem.d)}"
+            f"engine {parsed.engine.name} returned {proposal.X.shape}, "
+            f"expected {(need, parsed.problem.d)}"
         )
     return proposal
 
@@ -249,7 +249,7 @@ def _commit(
         require_active=True,
         columns=_STUDY_COLUMNS,
     )
-    if version is not None and row.engine_state_version != version:
+    if version is not None and row.ask_count != version:
         raise _VersionMoved
     now = utcnow()
     plan = _plan(conn, ask, now)
@@ -261,10 +261,10 @@ def _commit(
     if plan.need == 0:
         bump_revision(conn, ask.study_id, now)
         return 200, AskResponse(trials=trials)
-    spec = ask.spec
+    parsed = ask.parsed
     if version is None:
-        proposal = _suggest(spec, row, _no_history(spec, plan.X_pending), plan.need)
-    elif proposal is None or (len(proposal.X) < plan.need and not spec.engine.schedules_units):
+        proposal = _suggest(parsed, row, _no_history(parsed, plan.X_pending), plan.need)
+    elif proposal is None or (len(proposal.X) < plan.need and not parsed.engine.schedules_units):
         raise _VersionMoved
     assert proposal is not None
     trials += _insert_proposed(conn, ask, row, proposal, plan.need, running, now)
@@ -276,7 +276,7 @@ def _commit(
 
 def _running(ask: _Ask, now: datetime) -> dict[str, Any]:
     """The columns of a trial handed out now to the asking worker."""
-    lease = lease_until(ask.spec, ask.req, now)
+    lease = lease_until(ask.parsed, ask.req, now)
     return {"state": "running", "worker_id": ask.req.worker_id, "lease_expires_at": lease}
 
 
@@ -299,9 +299,9 @@ def _hand_out(
     return [trial_public(r) for r in sorted(rows, key=lambda r: r.number)]
 
 
-def _no_history(spec: StudySpec, X_pending: np.ndarray) -> History:
+def _no_history(parsed: ParsedStudy, X_pending: np.ndarray) -> History:
     """What an engine that reads no observations is given: the pending points only."""
-    problem = spec.problem
+    problem = parsed.problem
     return History(
         np.zeros((0, problem.d)),
         np.zeros((0, problem.n_objectives)),
@@ -321,15 +321,15 @@ def _insert_proposed(
 ) -> list[TrialPublic]:
     """Insert the proposed points as trials running for the asking worker, numbered from the
     study's counter, and store the engine's new state."""
-    spec = ask.spec
+    parsed = ask.parsed
     # A scheduler may propose fewer (units still training); it re-proposes any unit it
     # planned that was not inserted, as it rebuilds its population from the trials.
     n_new = min(len(proposal.X), need)
-    units = proposal.units[:n_new] if spec.engine.schedules_units else [None] * n_new
+    units = proposal.units[:n_new] if parsed.engine.schedules_units else [None] * n_new
     first = study.next_trial_number
     new = [
         {
-            **new_trial(spec, ask.study_id, first + i, x, detail, now, unit=unit),
+            **new_trial(parsed, ask.study_id, first + i, x, detail, now, unit=unit),
             **running,
             "started_at": now,
         }
@@ -346,7 +346,7 @@ def _insert_proposed(
             "now": now,
             "next_number": first + n_new,
             "engine_state": proposal.state,
-            "version": study.engine_state_version + 1,
+            "version": study.ask_count + 1,
         },
     )
     return [trial_public(t) for t in new]

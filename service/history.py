@@ -6,7 +6,7 @@ History order is completion order: every transaction that finishes a trial bumps
 number. So rows are ordered by ``(coalesce(completed_seq, 0), number)``, and an engine may use a
 row's index as its position in time.
 
-``HistoryCache`` keeps, per study, ``X (n, d)``, ``Y (n, m)`` (already times ``spec.signs``) and
+``HistoryCache`` keeps, per study, ``X (n, d)``, ``Y (n, m)`` (already times ``parsed.signs``) and
 ``C (n, k)`` in buffers with spare rows, and the watermark: the largest ``completed_seq``
 loaded. An ask then reads only ``state = 'completed' AND completed_seq > watermark``, appends
 it, and hands the engine read-only views ``[:n]``. Appends write past ``n`` and growth copies to
@@ -46,7 +46,7 @@ from sqlalchemy.engine import Connection, Result
 
 from engines.base import History
 from service.db.models import Trial
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 
 trials_t = Trial.__table__
 
@@ -86,7 +86,7 @@ _MIN_ROWS = 64
 class _Batch:
     """Rows read from the database, in the order read.
 
-    ``X (n, d)``, ``Y (n, m)`` times ``spec.signs``, ``C (n, k)`` feasible when <= 0, and
+    ``X (n, d)``, ``Y (n, m)`` times ``parsed.signs``, ``C (n, k)`` feasible when <= 0, and
     ``seq (n,)`` (``completed_seq``, NULL as 0) and ``number (n,)``.
     """
 
@@ -106,19 +106,19 @@ class _Batch:
 
 
 def full_history(
-    conn: Connection, study_id: int, spec: StudySpec, X_pending: np.ndarray
+    conn: Connection, study_id: int, parsed: ParsedStudy, X_pending: np.ndarray
 ) -> History:
     """The completed trials of the study, read whole, in completion order."""
-    batch = _read(conn.execute(_FULL, {"study_id": study_id}), spec)
+    batch = _read(conn.execute(_FULL, {"study_id": study_id}), parsed)
     order = batch.completion_order()
     if order is None:
         return History(batch.X, batch.Y, batch.C, X_pending)
     return History(batch.X[order], batch.Y[order], batch.C[order], X_pending)
 
 
-def _read(result: Result[Any], spec: StudySpec) -> _Batch:
+def _read(result: Result[Any], parsed: ParsedStudy) -> _Batch:
     """The rows of ``_COLUMNS`` in ``result`` as arrays, a chunk at a time."""
-    d, m, k = spec.problem.d, spec.problem.n_objectives, spec.problem.n_constraints
+    d, m, k = parsed.problem.d, parsed.problem.n_objectives, parsed.problem.n_constraints
     blobs: list[bytes] = []
     Ys: list[np.ndarray] = [np.zeros((0, m))]
     Cs: list[np.ndarray] = [np.zeros((0, k))]
@@ -127,9 +127,9 @@ def _read(result: Result[Any], spec: StudySpec) -> _Batch:
     for rows in result.partitions(_CHUNK):
         x_col, values_col, constraints_col, seq_col, number_col = zip(*rows, strict=True)
         blobs.append(b"".join(x_col))
-        Ys.append(_matrix(values_col, spec.objective_names) * spec.signs)
+        Ys.append(_matrix(values_col, parsed.objective_names) * parsed.signs)
         if k:
-            Cs.append(_slack(_matrix(constraints_col, spec.constraint_names), spec))
+            Cs.append(_slack(_matrix(constraints_col, parsed.constraint_names), parsed))
         seqs.append(np.array(seq_col, dtype=np.int64))
         numbers.append(np.array(number_col, dtype=np.int64))
     seq = np.concatenate(seqs)
@@ -139,11 +139,11 @@ def _read(result: Result[Any], spec: StudySpec) -> _Batch:
     return _Batch(X, np.concatenate(Ys), C, seq, np.concatenate(numbers))
 
 
-def _slack(values: np.ndarray, spec: StudySpec) -> np.ndarray:
+def _slack(values: np.ndarray, parsed: ParsedStudy) -> np.ndarray:
     """Constraint values ``(n, k)`` as ``C``: ``v - threshold`` for ``<=``, ``threshold - v``
-    for ``>=`` (``StudySpec.constraint_slack``, exactly: ``a - b == -(b - a)`` in floats)."""
-    thresholds = np.array([c.threshold for c in spec.config.constraints])
-    orient = np.array([1.0 if c.op == "<=" else -1.0 for c in spec.config.constraints])
+    for ``>=`` (``ParsedStudy.constraint_slack``, exactly: ``a - b == -(b - a)`` in floats)."""
+    thresholds = np.array([c.threshold for c in parsed.config.constraints])
+    orient = np.array([1.0 if c.op == "<=" else -1.0 for c in parsed.config.constraints])
     return (values - thresholds) * orient
 
 
@@ -159,15 +159,15 @@ def _matrix(texts: Sequence[str], names: tuple[str, ...]) -> np.ndarray:
 class _Entry:
     """One study's arrays: rows ``[:n]`` are filled, the rest is spare capacity."""
 
-    def __init__(self, spec: StudySpec) -> None:
-        self.spec = spec
+    def __init__(self, parsed: ParsedStudy) -> None:
+        self.parsed = parsed
         #: Whether the full load ran; later loads read only the delta.
         self.loaded = False
         self.n = 0
         self.watermark = 0
-        self.X = np.zeros((0, spec.problem.d))
-        self.Y = np.zeros((0, spec.problem.n_objectives))
-        self.C = np.zeros((0, spec.problem.n_constraints))
+        self.X = np.zeros((0, parsed.problem.d))
+        self.Y = np.zeros((0, parsed.problem.n_objectives))
+        self.C = np.zeros((0, parsed.problem.n_constraints))
         #: Bytes counted for this entry in ``HistoryCache``.
         self.counted = 0
         #: Held while the entry reads and appends; asks of one study are serialized anyway.
@@ -215,7 +215,7 @@ def _frozen(view: np.ndarray) -> np.ndarray:
 class HistoryCache:
     """Completed-history arrays per study, in one process, for one database.
 
-    Entries are rebuilt when the study's ``StudySpec`` object changes (compared by identity),
+    Entries are rebuilt when the study's ``ParsedStudy`` object changes (compared by identity),
     dropped by ``forget`` (a deleted study), and evicted whole, least recently used first, so
     that their buffers take at most ``max_bytes`` (0 turns the cache off). Thread-safe: a
     lock guards the table, and each entry has its own lock for its reads and appends.
@@ -236,28 +236,28 @@ class HistoryCache:
         return study_id in self._entries
 
     def load(
-        self, conn: Connection, study_id: int, spec: StudySpec, X_pending: np.ndarray
+        self, conn: Connection, study_id: int, parsed: ParsedStudy, X_pending: np.ndarray
     ) -> History:
         """The study's completed history as of ``conn``'s snapshot, with ``X_pending``.
 
         Reads the trials completed since the last call (all of them on the first) and keeps
         the arrays for the next."""
         if self.max_bytes <= 0:
-            return full_history(conn, study_id, spec, X_pending)
+            return full_history(conn, study_id, parsed, X_pending)
         with self._guard:
             entry = self._entries.get(study_id)
-            if entry is not None and entry.spec is not spec:
+            if entry is not None and entry.parsed is not parsed:
                 self._drop(study_id)
                 entry = None
             if entry is None:
-                entry = self._entries[study_id] = _Entry(spec)
+                entry = self._entries[study_id] = _Entry(parsed)
             self._entries.move_to_end(study_id)
         with entry.lock:
             if entry.loaded:
                 params = {"study_id": study_id, "after": entry.watermark}
-                entry.append(_read(conn.execute(_DELTA, params), spec))
+                entry.append(_read(conn.execute(_DELTA, params), parsed))
             else:
-                batch = _read(conn.execute(_FULL, {"study_id": study_id}), spec)
+                batch = _read(conn.execute(_FULL, {"study_id": study_id}), parsed)
                 entry.append(batch, batch.completion_order())
                 entry.loaded = True
             history = entry.history(X_pending)

@@ -20,21 +20,23 @@ from sqlalchemy.engine import Connection, Row
 from client.models import AskRequest, HeartbeatRequest, TrialPublic
 from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey, forget_old
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import Answer, Store, bump_revision, trials_t, unfinished_trial, utcnow
 from service.wire import trial_public
 
 log = logging.getLogger("asktell.reaper")
 
 
-def lease_until(spec: StudySpec, req: AskRequest | HeartbeatRequest, now: datetime) -> datetime:
-    return now + timedelta(seconds=req.lease_seconds or spec.config.lease_seconds)
+def lease_until(parsed: ParsedStudy, req: AskRequest | HeartbeatRequest, now: datetime) -> datetime:
+    return now + timedelta(seconds=req.lease_seconds or parsed.config.lease_seconds)
 
 
-def extended_lease(trial: Row, spec: StudySpec, req: HeartbeatRequest, now: datetime) -> datetime:
+def extended_lease(
+    trial: Row, parsed: ParsedStudy, req: HeartbeatRequest, now: datetime
+) -> datetime:
     """An explicit ``lease_seconds`` sets the lease; otherwise it is extended by the study's
     default and never shortened (a trial asked with a long lease keeps it)."""
-    new = lease_until(spec, req, now)
+    new = lease_until(parsed, req, now)
     if req.lease_seconds is None and trial.lease_expires_at is not None:
         return max(new, trial.lease_expires_at)
     return new
@@ -65,7 +67,7 @@ def _expire_study(
     store: Store, conn: Connection, study_id: int, trials: list[Row], now: datetime
 ) -> bool:
     """Apply the study's lease policy to its ``trials``; whether any of them changed."""
-    config = store.spec(conn, study_id).config
+    config = store.parsed_study(conn, study_id).config
     requeue = [
         config.on_lease_expiry == "requeue" and t.retries < config.max_retries for t in trials
     ]
@@ -117,7 +119,7 @@ def heartbeat(
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
         trial, _ = unfinished_trial(conn, tenant_id, study_id, number, now)
-        spec = store.spec(conn, study_id)
+        parsed = store.parsed_study(conn, study_id)
         _check_held(trial, req)
         worker_id = req.worker_id if trial.state == "stale" else trial.worker_id
         updated = conn.execute(
@@ -126,7 +128,7 @@ def heartbeat(
             .values(
                 state="running",
                 worker_id=worker_id,
-                lease_expires_at=extended_lease(trial, spec, req, now),
+                lease_expires_at=extended_lease(trial, parsed, req, now),
             )
             .returning(*trials_t.c)
         ).one()

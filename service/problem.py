@@ -28,7 +28,7 @@ from engines.space import CategoricalParam, FixedParam, FloatParam, IntParam, Pa
 
 
 @dataclass(frozen=True)
-class StudySpec:
+class ParsedStudy:
     """A study's parsed config: the wire model, the engine-side problem and the engine."""
 
     config: StudyConfig
@@ -63,7 +63,7 @@ def to_param(p: Parameter) -> Param:
     return FixedParam(p.name, p.value)
 
 
-def build_spec(config: StudyConfig) -> StudySpec:
+def parse_study(config: StudyConfig) -> ParsedStudy:
     """Parse and validate a study config.
 
     Raises:
@@ -96,7 +96,7 @@ def build_spec(config: StudyConfig) -> StudySpec:
             f"engine {engine.name!r} optimizes at most {engine.max_objectives} objective(s), "
             f"the study has {problem.n_objectives}"
         )
-    return StudySpec(
+    return ParsedStudy(
         config=config,
         problem=problem,
         engine=engine,
@@ -106,20 +106,20 @@ def build_spec(config: StudyConfig) -> StudySpec:
     )
 
 
-class SpecCache:
+class ParsedStudyCache:
     """Parsed study configs by study id, for one database."""
 
     def __init__(self) -> None:
-        self._specs: dict[int, StudySpec] = {}
+        self._by_id: dict[int, ParsedStudy] = {}
         self._lock = threading.Lock()
 
-    def peek(self, study_id: int) -> StudySpec | None:
-        return self._specs.get(study_id)
+    def peek(self, study_id: int) -> ParsedStudy | None:
+        return self._by_id.get(study_id)
 
-    def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> StudySpec:
-        spec = self._specs.get(study_id)
-        if spec is None:
-            spec = build_spec(StudyConfig.model_validate(load_config()))
+    def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> ParsedStudy:
+        parsed = self._by_id.get(study_id)
+        if parsed is None:
+            parsed = parse_study(StudyConfig.model_validate(load_config()))
             with self._lock:
-                self._specs[study_id] = spec
-        return spec
+                self._by_id[study_id] = parsed
+        return parsed

@@ -22,7 +22,7 @@ from service.db.session import Database
 from service.errors import ApiError, ProblemCode
 from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
-from service.problem import SpecCache, StudySpec
+from service.problem import ParsedStudy, ParsedStudyCache
 
 studies_t = Study.__table__
 trials_t = Trial.__table__
@@ -42,7 +42,7 @@ class Store:
         self, db: Database, history_cache_bytes: int = DEFAULT_HISTORY_CACHE_BYTES
     ) -> None:
         self.db = db
-        self.specs = SpecCache()
+        self.parsed_studies = ParsedStudyCache()
         #: Completed-trial arrays per study, for model-based asks (``service.history``).
         self.history = HistoryCache(history_cache_bytes)
         self._study_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
@@ -54,12 +54,14 @@ class Store:
         with self._guard:
             return self._study_locks[study_id]
 
-    def spec(self, conn: Connection, study_id: int) -> StudySpec:
-        return self.specs.get(study_id, lambda: _load_config(conn, study_id))
+    def parsed_study(self, conn: Connection, study_id: int) -> ParsedStudy:
+        return self.parsed_studies.get(study_id, lambda: _load_config(conn, study_id))
 
-    def spec_for(self, study_id: int) -> StudySpec:
+    def parsed_study_for(self, study_id: int) -> ParsedStudy:
         """The parsed config, from the cache or, on a miss, from a read transaction."""
-        return self.specs.peek(study_id) or self.db.read(lambda c: self.spec(c, study_id))
+        return self.parsed_studies.peek(study_id) or self.db.read(
+            lambda c: self.parsed_study(c, study_id)
+        )
 
     def write(
         self,

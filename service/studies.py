@@ -25,16 +25,16 @@ from engines.errors import EngineError
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
-from service.problem import StudySpec, build_spec
+from service.problem import ParsedStudy, parse_study
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
 from service.wire import study_public, trial_public
 
 
-def validate_config(config: StudyConfig) -> StudySpec:
+def validate_config(config: StudyConfig) -> ParsedStudy:
     """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine``,
     ``engine_unsupported`` or ``invalid_study``."""
     try:
-        return build_spec(config)
+        return parse_study(config)
     except EngineError as exc:
         raise engine_error(exc) from exc
     except ValueError as exc:
@@ -72,7 +72,7 @@ def insert_study(conn: Connection, tenant_id: int, body: StudyCreate) -> int:
             metadata=body.metadata,
             seed=seed,
             engine_state={},
-            engine_state_version=0,
+            ask_count=0,
             revision=0,
             next_trial_number=0,
             created_at=now,
@@ -117,9 +117,9 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
 
 def study_with_stats(store: Store, conn: Connection, row: Row) -> StudyPublic:
     """The study as answered: with its trial counts and, for one objective, best values."""
-    spec = store.spec(conn, row.id)
-    best, _ = _best_trials(conn, row.id, spec)
-    best_values = best[0].values if len(spec.objective_names) == 1 and best else None
+    parsed = store.parsed_study(conn, row.id)
+    best, _ = _best_trials(conn, row.id, parsed)
+    best_values = best[0].values if len(parsed.objective_names) == 1 and best else None
     return study_public(row, _trial_counts(conn, row.id), best_values)
 
 
@@ -197,7 +197,7 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
 
 
 def _best_trials(
-    conn: Connection, study_id: int, spec: StudySpec
+    conn: Connection, study_id: int, parsed: ParsedStudy
 ) -> tuple[list[TrialPublic], np.ndarray]:
     """The best feasible trial or the feasible non-dominated set, and their unit-cube points
     ``(n, d)``."""
@@ -211,11 +211,11 @@ def _best_trials(
         )
         .order_by(trials_t.c.number)
     ).all()
-    d = spec.problem.d
+    d = parsed.problem.d
     if not scored:
         return [], np.zeros((0, d))
-    Y = np.array([[r.values[n] for n in spec.objective_names] for r in scored]) * spec.signs
-    if len(spec.objective_names) == 1:
+    Y = np.array([[r.values[n] for n in parsed.objective_names] for r in scored]) * parsed.signs
+    if len(parsed.objective_names) == 1:
         ids = [scored[int(np.argmin(Y[:, 0]))].id]
     else:
         ids = [r.id for r, keep in zip(scored, non_dominated(Y), strict=True) if keep]
@@ -227,7 +227,7 @@ def _best_trials(
 
 
 def _least_violating(
-    conn: Connection, study_id: int, spec: StudySpec
+    conn: Connection, study_id: int, parsed: ParsedStudy
 ) -> tuple[TrialPublic | None, float | None]:
     """The completed (infeasible) trial of least total violation and that violation, or
     ``(None, None)`` when no trial is completed. The first by number wins a tie."""
@@ -236,9 +236,9 @@ def _least_violating(
         .where(trials_t.c.study_id == study_id, trials_t.c.state == "completed")
         .order_by(trials_t.c.number)
     ).all()
-    if not scored or not spec.constraint_names:
+    if not scored or not parsed.constraint_names:
         return None, None
-    violations = [sum(max(v, 0.0) for v in spec.constraint_slack(r.constraints)) for r in scored]
+    violations = [sum(max(v, 0.0) for v in parsed.constraint_slack(r.constraints)) for r in scored]
     i = int(np.argmin(violations))
     row = conn.execute(select(trials_t).where(trials_t.c.id == scored[i].id)).one()
     return trial_public(row), float(violations[i])
@@ -256,26 +256,26 @@ def best(store: Store, tenant_id: int, study_id: int) -> BestPublic:
 
     def fn(conn: Connection) -> BestPublic:
         find_study(conn, tenant_id, study_id)
-        spec = store.spec(conn, study_id)
-        trials, X = _best_trials(conn, study_id, spec)
+        parsed = store.parsed_study(conn, study_id)
+        trials, X = _best_trials(conn, study_id, parsed)
         if not trials:
-            least, violation = _least_violating(conn, study_id, spec)
+            least, violation = _least_violating(conn, study_id, parsed)
             return BestPublic(trials=[], least_violating=least, total_violation=violation)
-        if len(spec.objective_names) == 1:
+        if len(parsed.objective_names) == 1:
             return BestPublic(trials=trials, feasible_found=True)
         spread = loo_emd(X)
-        ref = spec.problem.reference_point
+        ref = parsed.problem.reference_point
         if ref is None:
             return BestPublic(trials=trials, feasible_found=True, pareto_set_loo_emd=spread)
         # The best trials are completed, so every one has values; the filter is for the type.
         told = [t.values for t in trials if t.values is not None]
-        Y = np.array([[values[n] for n in spec.objective_names] for values in told])
+        Y = np.array([[values[n] for n in parsed.objective_names] for values in told])
         return BestPublic(
             trials=trials,
             feasible_found=True,
-            hypervolume=hypervolume(Y.reshape(-1, len(ref)) * spec.signs, ref),
+            hypervolume=hypervolume(Y.reshape(-1, len(ref)) * parsed.signs, ref),
             reference_point={
-                o.name: o.reference for o in spec.config.objectives if o.reference is not None
+                o.name: o.reference for o in parsed.config.objectives if o.reference is not None
             },
             pareto_set_loo_emd=spread,
         )

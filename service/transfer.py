@@ -16,7 +16,7 @@ from client.models import FINISHED_STATES, StudyCreate, StudyExport, StudyPublic
 from engines.errors import SpaceError
 from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import Answer, Store, find_study, measurements_t, studies_t, trials_t, utcnow
 from service.studies import find_live, insert_study, study_with_stats, validate_config
 from service.trials import validate_results
@@ -96,7 +96,7 @@ def import_study(
         if name
         else body.study
     )
-    spec = validate_config(study)
+    parsed = validate_config(study)
     numbers = [t.number for t in body.trials]
     if len(set(numbers)) != len(numbers):
         raise ApiError(ProblemCode.INVALID_IMPORT, "trial numbers in the export are not unique")
@@ -117,7 +117,7 @@ def import_study(
         now = utcnow()
         seqs = _completion_seqs(body.trials)
         for t in body.trials:
-            _insert_imported(conn, spec, study_id, t, now, seqs.get(t.number))
+            _insert_imported(conn, parsed, study_id, t, now, seqs.get(t.number))
         conn.execute(
             update(studies_t)
             .where(studies_t.c.id == study_id)
@@ -126,7 +126,7 @@ def import_study(
                 # At least every completed_seq given out, as if each trial finished in turn.
                 revision=max(len(seqs), 1),
                 engine_state=body.engine_state,
-                engine_state_version=body.engine_state_version,
+                ask_count=body.engine_state_version,
             )
         )
         return 201, study_with_stats(store, conn, find_study(conn, tenant_id, study_id))
@@ -154,20 +154,20 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _insert_imported(
     conn: Connection,
-    spec: StudySpec,
+    parsed: ParsedStudy,
     study_id: int,
     t: TrialExport,
     now: Any,
     completed_seq: int | None,
 ) -> None:
     try:
-        params = spec.space.validate(t.params)
+        params = parsed.space.validate(t.params)
     except SpaceError as exc:
         raise ApiError(ProblemCode.INVALID_IMPORT, f"trial {t.number}: {exc}") from exc
     state = "stale" if t.state == "running" else t.state
     values = constraints = feasible = None
     if state == "completed":
-        values, cons, feasible = validate_results(spec, t.values, t.constraints or {})
+        values, cons, feasible = validate_results(parsed, t.values, t.constraints or {})
         constraints = cons or None
     trial_id = conn.execute(
         insert(trials_t)
@@ -176,7 +176,7 @@ def _insert_imported(
             number=t.number,
             state=state,
             params=params,
-            x=np.ascontiguousarray(spec.space.encode(params)).tobytes(),
+            x=np.ascontiguousarray(parsed.space.encode(params)).tobytes(),
             values=values,
             constraints=constraints,
             feasible=feasible,

@@ -27,7 +27,7 @@ from engines.errors import SpaceError
 from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.leases import extended_lease
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import (
     Answer,
     Store,
@@ -43,7 +43,7 @@ from service.wire import measurement_public, trial_public
 
 
 def new_trial(
-    spec: StudySpec,
+    parsed: ParsedStudy,
     study_id: int,
     number: int,
     x: np.ndarray,
@@ -58,7 +58,7 @@ def new_trial(
         "study_id": study_id,
         "number": number,
         "state": "waiting",
-        "params": params if params is not None else spec.space.decode(x),
+        "params": params if params is not None else parsed.space.decode(x),
         "x": x.tobytes(),
         "values": None,
         "constraints": None,
@@ -125,7 +125,7 @@ def _finite_metrics(
 
 
 def validate_results(
-    spec: StudySpec, values: dict[str, float] | None, constraints: dict[str, float]
+    parsed: ParsedStudy, values: dict[str, float] | None, constraints: dict[str, float]
 ) -> tuple[dict[str, float], dict[str, float], bool]:
     """Check told values and constraint metrics; return them in order with feasibility.
 
@@ -134,9 +134,9 @@ def validate_results(
             ``missing_constraint``, ``unknown_constraint`` or ``non_finite_value``.
     """
     hint = "tell the trial with state 'failed' (and a reason) instead"
-    vals = _finite_metrics("objective", values or {}, spec.objective_names, hint)
-    cons = _finite_metrics("constraint", constraints, spec.constraint_names, hint)
-    feasible = all(s <= 0 for s in spec.constraint_slack(cons))
+    vals = _finite_metrics("objective", values or {}, parsed.objective_names, hint)
+    cons = _finite_metrics("constraint", constraints, parsed.constraint_names, hint)
+    feasible = all(s <= 0 for s in parsed.constraint_slack(cons))
     return vals, cons, feasible
 
 
@@ -148,7 +148,7 @@ def tell(
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         now = utcnow()
         trial, revision = unfinished_trial(conn, tenant_id, study_id, number, now)
-        spec = store.spec(conn, study_id)
+        parsed = store.parsed_study(conn, study_id)
         change: dict[str, Any] = {
             "trial_id": trial.id,
             "state": req.state,
@@ -161,7 +161,7 @@ def tell(
             "metadata": {**trial.metadata, **req.metadata} if req.metadata else trial.metadata,
         }
         if req.state == "completed":
-            vals, cons, feasible = validate_results(spec, req.values, req.constraints)
+            vals, cons, feasible = validate_results(parsed, req.values, req.constraints)
             change.update(values=vals, constraints=cons or None, feasible=feasible)
             _store_checkpoint(conn, trial, vals, req.checkpoint, now)
         updated = conn.execute(_FINISH_TRIAL, change).one()
@@ -249,7 +249,7 @@ def report(
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
         now = utcnow()
         trial, _ = unfinished_trial(conn, tenant_id, study_id, number, now)
-        spec = store.spec(conn, study_id)
+        parsed = store.parsed_study(conn, study_id)
         bad = [k for k, v in req.values.items() if not math.isfinite(v)]
         if bad:
             raise ApiError(
@@ -257,7 +257,7 @@ def report(
             )
         _put_measurement(conn, trial.id, req.step, req.values, req.checkpoint, now)
         if trial.state == "running":
-            lease = extended_lease(trial, spec, HeartbeatRequest(), now)
+            lease = extended_lease(trial, parsed, HeartbeatRequest(), now)
             conn.execute(
                 update(trials_t).where(trials_t.c.id == trial.id).values(lease_expires_at=lease)
             )
@@ -278,24 +278,24 @@ def enqueue(
 
     def fn(conn: Connection) -> tuple[int, TrialPublic]:
         study = find_study(conn, tenant_id, study_id, for_update=True)
-        spec = store.spec(conn, study_id)
-        if spec.engine.schedules_units:
+        parsed = store.parsed_study(conn, study_id)
+        if parsed.engine.schedules_units:
             raise ApiError(
                 ProblemCode.ENGINE_SCHEDULES_UNITS,
-                f"engine {spec.engine.name!r} schedules its own training units; a trial cannot "
+                f"engine {parsed.engine.name!r} schedules its own training units; a trial cannot "
                 "be added by hand",
             )
         try:
-            params = spec.space.validate(req.params)
+            params = parsed.space.validate(req.params)
         except SpaceError as exc:
             raise ApiError(ProblemCode.INVALID_PARAMS, str(exc)) from exc
         now = utcnow()
         number = study.next_trial_number
-        x = spec.space.encode(params)
-        t = new_trial(spec, study_id, number, x, {"source": "user"}, now, params)
+        x = parsed.space.encode(params)
+        t = new_trial(parsed, study_id, number, x, {"source": "user"}, now, params)
         t["metadata"] = req.metadata
         if req.values is not None:
-            vals, cons, feasible = validate_results(spec, req.values, req.constraints)
+            vals, cons, feasible = validate_results(parsed, req.values, req.constraints)
             t.update(
                 state="completed",
                 values=vals,

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Row
 from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
 from service.errors import ApiError, ProblemCode
-from service.problem import StudySpec
+from service.problem import ParsedStudy
 from service.store import Store, find_study, measurements_t, trial_not_found, trials_t
 from service.wire import from_columns
 
@@ -61,15 +61,15 @@ def _checkpoint(measurements: list[Row]) -> str | None:
     return saved[-1] if saved else None
 
 
-def load_units(conn: Connection, study_id: int, spec: StudySpec) -> tuple[Unit, ...]:
+def load_units(conn: Connection, study_id: int, parsed: ParsedStudy) -> tuple[Unit, ...]:
     """Every unit of the study as the engine sees it, in trial-number order."""
-    return _units(*_unit_rows(conn, study_id), spec)
+    return _units(*_unit_rows(conn, study_id), parsed)
 
 
 def _units(
-    trials: list[Row], measurements: dict[int, list[Row]], spec: StudySpec
+    trials: list[Row], measurements: dict[int, list[Row]], parsed: ParsedStudy
 ) -> tuple[Unit, ...]:
-    name, sign = spec.objective_names[0], float(spec.signs[0])
+    name, sign = parsed.objective_names[0], float(parsed.signs[0])
     units = []
     for t in trials:
         ms = measurements.get(t.id, [])
@@ -121,21 +121,22 @@ def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -
 
 def _scheduler_rows(
     store: Store, conn: Connection, tenant_id: int, study_id: int
-) -> tuple[Row, StudySpec, list[Row], dict[int, list[Row]]]:
-    """The study row, spec, unit trials and measurements of a scheduler study (``_unit_rows``).
+) -> tuple[Row, ParsedStudy, list[Row], dict[int, list[Row]]]:
+    """The study row, parsed study, unit trials and measurements of a scheduler study
+    (``_unit_rows``).
 
     Raises:
         ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.
     """
     study = find_study(conn, tenant_id, study_id)
-    spec = store.spec(conn, study_id)
-    if not spec.engine.schedules_units:
+    parsed = store.parsed_study(conn, study_id)
+    if not parsed.engine.schedules_units:
         raise ApiError(
             ProblemCode.NOT_A_SCHEDULER_STUDY,
-            f"study {study_id} uses engine {spec.engine.name!r}, which hands out no training "
+            f"study {study_id} uses engine {parsed.engine.name!r}, which hands out no training "
             "units; lineage and checkpoints exist for the schedulers (pbt, ipbt)",
         )
-    return (study, spec, *_unit_rows(conn, study_id))
+    return (study, parsed, *_unit_rows(conn, study_id))
 
 
 def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage:
@@ -158,8 +159,8 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
     """
 
     def fn(conn: Connection) -> Lineage:
-        _, spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
-        best = best_unit(_units(trials, measurements, spec))
+        _, parsed, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
+        best = best_unit(_units(trials, measurements, parsed))
         if best is None:
             raise ApiError(
                 ProblemCode.NO_COMPLETED_UNIT, f"study {study_id} has no completed unit yet"
@@ -177,8 +178,8 @@ def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPubli
     Releasable: every other checkpoint; no unit will ever load it."""
 
     def fn(conn: Connection) -> CheckpointsPublic:
-        study, spec, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
-        units = _units(trials, measurements, spec)
+        study, parsed, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
+        units = _units(trials, measurements, parsed)
         state: dict[str, Any] = study.engine_state
         pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
         pinned |= {

@@ -47,6 +47,8 @@ def study_public(
         StudyPublic,
         row,
         **{**row.config, "seed": row.seed},
+        # The wire keeps the column's name from before revision 0006, for compatibility.
+        engine_state_version=row.ask_count,
         trial_counts=counts,
         best_values=best_values,
     )
@@ -60,7 +62,7 @@ def study_export(
     return StudyExport(
         study=study,
         engine_state=row.engine_state,
-        engine_state_version=row.engine_state_version,
+        engine_state_version=row.ask_count,
         trials=[
             from_columns(TrialExport, t, measurements=measurements.get(t.id, [])) for t in trials
         ],

@@ -11,6 +11,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.tables import create_table, foreign_key
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -18,12 +20,18 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    _create_tenants()
+    _create_idempotency_keys()
+    _create_studies()
+    _create_trials()
+    _create_measurements()
+
+
+def _create_tenants() -> None:
+    create_table(
         "tenants",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=256), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_tenants")),
         sa.UniqueConstraint("name", name=op.f("uq_tenants_name")),
     )
     tenants = sa.table("tenants", sa.column("id"), sa.column("name"), sa.column("created_at"))
@@ -31,29 +39,28 @@ def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         # An explicit id does not advance the serial sequence; the next tenant must get id 2.
         op.execute("SELECT setval(pg_get_serial_sequence('tenants', 'id'), 1)")
-    op.create_table(
+
+
+def _create_idempotency_keys() -> None:
+    create_table(
         "idempotency_keys",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("tenant_id", sa.Integer(), nullable=False),
         sa.Column("key", sa.String(length=256), nullable=False),
         sa.Column("request_hash", sa.String(length=64), nullable=False),
         sa.Column("status_code", sa.Integer(), nullable=False),
         sa.Column("response", sa.Text(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["tenant_id"], ["tenants.id"], name=op.f("fk_idempotency_keys_tenant_id_tenants")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_idempotency_keys")),
+        foreign_key("idempotency_keys", "tenant_id", "tenants"),
         sa.UniqueConstraint("tenant_id", "key", name="uq_idempotency_keys_tenant_key"),
     )
-    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_idempotency_keys_created_at"), ["created_at"], unique=False
-        )
+    op.create_index(
+        op.f("ix_idempotency_keys_created_at"), "idempotency_keys", ["created_at"], unique=False
+    )
 
-    op.create_table(
+
+def _create_studies() -> None:
+    create_table(
         "studies",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("tenant_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=256), nullable=False),
         sa.Column("config", sa.JSON(), nullable=False),
@@ -67,24 +74,22 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("updated_at", sa.DateTime(), nullable=False),
         sa.Column("deleted_at", sa.DateTime(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["tenant_id"], ["tenants.id"], name=op.f("fk_studies_tenant_id_tenants")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_studies")),
+        foreign_key("studies", "tenant_id", "tenants"),
     )
-    with op.batch_alter_table("studies", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_studies_tenant_id"), ["tenant_id"], unique=False)
-        batch_op.create_index(
-            "uq_studies_tenant_name_live",
-            ["tenant_id", "name"],
-            unique=True,
-            sqlite_where=sa.text("deleted_at IS NULL"),
-            postgresql_where=sa.text("deleted_at IS NULL"),
-        )
+    op.create_index(op.f("ix_studies_tenant_id"), "studies", ["tenant_id"], unique=False)
+    op.create_index(
+        "uq_studies_tenant_name_live",
+        "studies",
+        ["tenant_id", "name"],
+        unique=True,
+        sqlite_where=sa.text("deleted_at IS NULL"),
+        postgresql_where=sa.text("deleted_at IS NULL"),
+    )
 
-    op.create_table(
+
+def _create_trials() -> None:
+    create_table(
         "trials",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("study_id", sa.Integer(), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
@@ -102,48 +107,26 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("started_at", sa.DateTime(), nullable=True),
         sa.Column("completed_at", sa.DateTime(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["study_id"], ["studies.id"], name=op.f("fk_trials_study_id_studies")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_trials")),
+        foreign_key("trials", "study_id", "studies"),
         sa.UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
     )
-    with op.batch_alter_table("trials", schema=None) as batch_op:
-        batch_op.create_index("ix_trials_study_state", ["study_id", "state"], unique=False)
+    op.create_index("ix_trials_study_state", "trials", ["study_id", "state"], unique=False)
 
-    op.create_table(
+
+def _create_measurements() -> None:
+    create_table(
         "measurements",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("trial_id", sa.Integer(), nullable=False),
         sa.Column("step", sa.BigInteger(), nullable=False),
         sa.Column("values", sa.JSON(), nullable=False),
         sa.Column("checkpoint", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trial_id"], ["trials.id"], name=op.f("fk_measurements_trial_id_trials")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_measurements")),
+        foreign_key("measurements", "trial_id", "trials"),
         sa.UniqueConstraint("trial_id", "step", name="uq_measurements_trial_step"),
     )
 
 
 def downgrade() -> None:
-    op.drop_table("measurements")
-    with op.batch_alter_table("trials", schema=None) as batch_op:
-        batch_op.drop_index("ix_trials_study_state")
-
-    op.drop_table("trials")
-    with op.batch_alter_table("studies", schema=None) as batch_op:
-        batch_op.drop_index(
-            "uq_studies_tenant_name_live",
-            sqlite_where=sa.text("deleted_at IS NULL"),
-            postgresql_where=sa.text("deleted_at IS NULL"),
-        )
-        batch_op.drop_index(batch_op.f("ix_studies_tenant_id"))
-
-    op.drop_table("studies")
-    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_idempotency_keys_created_at"))
-
-    op.drop_table("idempotency_keys")
-    op.drop_table("tenants")
+    # Children first; a table's indexes go with it.
+    for table in ("measurements", "trials", "studies", "idempotency_keys", "tenants"):
+        op.drop_table(table)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.tables import create_table, foreign_key
+
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
@@ -17,9 +19,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_table(
         "samplers",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("tenant_id", sa.Integer(), nullable=False),
         sa.Column("config", sa.JSON(), nullable=False),
         sa.Column("seed", sa.BigInteger(), nullable=False),
@@ -28,10 +29,7 @@ def upgrade() -> None:
         sa.Column("history", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("updated_at", sa.DateTime(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["tenant_id"], ["tenants.id"], name=op.f("fk_samplers_tenant_id_tenants")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_samplers")),
+        foreign_key("samplers", "tenant_id", "tenants"),
     )
     op.create_index(op.f("ix_samplers_tenant_id"), "samplers", ["tenant_id"], unique=False)
 

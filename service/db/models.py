@@ -90,7 +90,10 @@ class Study(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     seed: Mapped[int] = mapped_column(BigInteger)
     engine_state: Mapped[dict[str, Any]] = mapped_column(JSON)
-    engine_state_version: Mapped[int] = mapped_column(Integer)
+    #: Asks that ran the engine so far: an ask commits only if it is still the value its
+    #: snapshot read (asks from several processes), and it seeds the ask's rng. The API calls
+    #: it ``engine_state_version`` (``StudyPublic``, ``StudyExport``).
+    ask_count: Mapped[int] = mapped_column(Integer)
     #: Bumped by every change to the study or its trials.
     revision: Mapped[int] = mapped_column(BigInteger)
     #: The next trial number: O(1) allocation under the study row lock.

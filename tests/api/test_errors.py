@@ -235,7 +235,7 @@ def test_a_missing_trial_is_trial_not_found_on_every_trial_route(http, sid):
 def test_engine_errors_at_ask_are_answered_as_at_creation(
     http, sid, monkeypatch, error, status, code
 ):
-    engine = http.app.state.store.spec_for(sid).engine
+    engine = http.app.state.store.parsed_study_for(sid).engine
 
     def fail(*args, **kwargs):
         raise error("the engine says no")

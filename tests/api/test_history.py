@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from service.app import create_app
 from service.ask import load_history
 from service.history import HistoryCache, full_history
-from service.problem import build_spec
+from service.problem import parse_study
 from service.settings import Settings
 from service.store import Store, studies_t, trials_t
 from tests.conftest import make_test_client, study_body
@@ -57,9 +57,9 @@ def _enqueue_completed(http, sid, value):
     return r.json()["number"]
 
 
-def _cached_and_full(store: Store, sid: int, spec=None):
+def _cached_and_full(store: Store, sid: int, parsed=None):
     def fn(conn):
-        s = spec or store.spec(conn, sid)
+        s = parsed or store.parsed_study(conn, sid)
         pending = np.zeros((0, s.problem.d))
         return store.history.load(conn, sid, s, pending), full_history(conn, sid, s, pending)
 
@@ -101,7 +101,7 @@ def test_trials_told_out_of_number_order_come_back_in_completion_order(url):
         assert full.Y[:, 0].tolist() == [3.0, 0.0, 4.0, 1.0]
         _assert_same(cached, full)
         uncached = store.db.read(
-            lambda c: load_history(c, sid, store.spec(c, sid), np.zeros((0, 2)))
+            lambda c: load_history(c, sid, store.parsed_study(c, sid), np.zeros((0, 2)))
         )
         _assert_same(uncached, full)
 
@@ -125,7 +125,7 @@ def test_failed_and_infeasible_trials_come_as_x_failed(url):
         for cache in (store.history, None):
             history = store.db.read(
                 lambda c, cache=cache: load_history(
-                    c, sid, store.spec(c, sid), np.zeros((0, 2)), cache
+                    c, sid, store.parsed_study(c, sid), np.zeros((0, 2)), cache
                 )
             )
             assert_array_equal(history.X, stored[0][None, :])
@@ -150,9 +150,9 @@ def test_objectives_and_constraints_become_minimized_y_and_slack_c(url):
             _tell(http, sid, n, values=told[n][0], constraints=told[n][1])
         store = _store(http)
         cached, full = _cached_and_full(store, sid)
-        spec = store.spec_for(sid)
+        parsed = store.parsed_study_for(sid)
     expected_Y = [[v["loss"], -v["acc"]] for v, _ in told.values()]
-    expected_C = [spec.constraint_slack(c) for _, c in told.values()]
+    expected_C = [parsed.constraint_slack(c) for _, c in told.values()]
     assert cached.Y.tolist() == expected_Y and cached.C.tolist() == expected_C
     _assert_same(cached, full)
 
@@ -221,18 +221,18 @@ def test_the_cache_reads_only_trials_completed_since_its_last_load(http):
     _assert_same(cached, full)
 
 
-def test_a_new_spec_object_rebuilds_the_arrays(http):
-    """Study configs do not change through the API; a new spec object (another parse of the
-    config) must still never be served arrays built for the old one."""
+def test_a_new_parsed_study_rebuilds_the_arrays(http):
+    """Study configs do not change through the API; a new ``ParsedStudy`` (another parse of
+    the config) must still never be served arrays built for the old one."""
     sid = _create(http, engine=GP_INITIAL)
     for n in _ask(http, sid, count=3):
         _tell(http, sid, n, values={"value": float(n) + 1})
     store = _store(http)
-    spec = store.db.read(lambda c: store.spec(c, sid))
-    cached, _ = _cached_and_full(store, sid, spec)
+    parsed = store.db.read(lambda c: store.parsed_study(c, sid))
+    cached, _ = _cached_and_full(store, sid, parsed)
     assert cached.Y[:, 0].tolist() == [1.0, 2.0, 3.0]
-    objectives = [o.model_copy(update={"goal": "maximize"}) for o in spec.config.objectives]
-    flipped = build_spec(spec.config.model_copy(update={"objectives": objectives}))
+    objectives = [o.model_copy(update={"goal": "maximize"}) for o in parsed.config.objectives]
+    flipped = parse_study(parsed.config.model_copy(update={"objectives": objectives}))
     cached, full = _cached_and_full(store, sid, flipped)
     assert cached.Y[:, 0].tolist() == [-1.0, -2.0, -3.0]
     _assert_same(cached, full)
@@ -276,8 +276,8 @@ def test_the_cache_keeps_to_its_memory_cap_least_recently_used_first(http):
 
     def load(sid, cache=cache):
         def fn(conn):
-            spec = store.spec(conn, sid)
-            return cache.load(conn, sid, spec, np.zeros((0, 2)))
+            parsed = store.parsed_study(conn, sid)
+            return cache.load(conn, sid, parsed, np.zeros((0, 2)))
 
         return store.db.read(fn)
 

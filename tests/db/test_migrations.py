@@ -7,7 +7,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, insert, inspect, select, text
+from sqlalchemy import MetaData, Table, create_engine, insert, inspect, select, text
 
 from client.models import StudyConfig
 from service.db.migrate import (
@@ -19,9 +19,9 @@ from service.db.migrate import (
 )
 from service.db.models import Base
 from service.history import full_history
-from service.problem import build_spec
+from service.problem import parse_study
 from service.settings import Settings
-from service.store import studies_t, trials_t
+from service.store import trials_t
 from tests.conftest import FLOAT_X, scratch_database
 
 
@@ -62,16 +62,24 @@ def _trial_columns_and_indexes(engine):
     )
 
 
+def _insert_old_study(conn, name, config, **columns):
+    """A study row of a database below the head revision: the table is read from the
+    database, whose columns may not be the models' yet."""
+    studies = Table("studies", MetaData(), autoload_with=conn)
+    now = datetime(2026, 1, 1)
+    row = {"tenant_id": 1, "name": name, "config": config, "state": "active", "metadata": {}}
+    row.update(seed=1, engine_state={}, engine_state_version=0, revision=0, next_trial_number=0)
+    row.update(created_at=now, updated_at=now, **columns)
+    return conn.execute(insert(studies).values(**row).returning(studies.c.id)).scalar_one()
+
+
 def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_url):
     engine = create_engine(empty_url)
     _alembic(engine, command.upgrade, "0002")
     config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
     now = datetime(2026, 1, 1)
     with engine.begin() as conn:
-        study = {"tenant_id": 1, "name": "old", "config": config, "state": "active"}
-        study.update(metadata={}, seed=1, engine_state={}, engine_state_version=0, revision=3)
-        study.update(next_trial_number=3, created_at=now, updated_at=now)
-        sid = conn.execute(insert(studies_t).values(**study).returning(studies_t.c.id)).scalar()
+        sid = _insert_old_study(conn, "old", config, revision=3, next_trial_number=3)
         for number in (2, 0, 1):  # inserted out of order: history follows the numbers
             trial = {"study_id": sid, "number": number, "state": "completed", "params": {}}
             trial.update(x=np.array([number / 4]).tobytes(), values={"value": float(number)})
@@ -83,10 +91,10 @@ def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_ur
     _alembic(engine, command.upgrade, "0003")
     columns, indexes = _trial_columns_and_indexes(engine)
     assert "completed_seq" in columns and "ix_trials_study_completed_seq" in indexes
-    spec = build_spec(StudyConfig.model_validate(config))
+    parsed = parse_study(StudyConfig.model_validate(config))
     with engine.connect() as conn:
         seqs = conn.execute(select(trials_t.c.completed_seq)).scalars().all()
-        history = full_history(conn, sid, spec, np.zeros((0, 1)))
+        history = full_history(conn, sid, parsed, np.zeros((0, 1)))
     assert seqs == [None, None, None]
     assert history.Y[:, 0].tolist() == [0.0, 1.0, 2.0]
 
@@ -95,6 +103,30 @@ def test_0003_adds_completed_seq_and_keeps_older_trials_in_number_order(empty_ur
     assert "completed_seq" not in columns and "ix_trials_study_completed_seq" not in indexes
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 3
+    _alembic(engine, command.upgrade, "head")
+    check_current(engine)
+    engine.dispose()
+
+
+def test_0006_renames_engine_state_version_to_ask_count_keeping_the_counts(empty_url):
+    engine = create_engine(empty_url)
+    _alembic(engine, command.upgrade, "0005")
+    config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
+    with engine.begin() as conn:
+        for name, count in (("a", 0), ("b", 7)):
+            _insert_old_study(conn, name, config, engine_state_version=count)
+    by_name = "SELECT name, {} FROM studies ORDER BY name"
+
+    _alembic(engine, command.upgrade, "0006")
+    assert "engine_state_version" not in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        assert conn.execute(text(by_name.format("ask_count"))).all() == [("a", 0), ("b", 7)]
+
+    _alembic(engine, command.downgrade, "0005")
+    assert "ask_count" not in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        counts = conn.execute(text(by_name.format("engine_state_version"))).all()
+    assert counts == [("a", 0), ("b", 7)]
     _alembic(engine, command.upgrade, "head")
     check_current(engine)
     engine.dispose()
