@@ -20,7 +20,7 @@ changed and changed back between two polls gives none.
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -57,29 +57,28 @@ class Position:
 
     @classmethod
     def parse(cls, event_id: str) -> Position:
-        seq, _, rest = event_id.partition(".")
-        number, _, state = rest.partition(".")
-        try:
-            position = cls(int(seq), int(number), state)
-        except ValueError:
-            position = cls(-1, 0, state)
-        if position.seq < 0 or state not in get_args(StudyState):
+        match = _EVENT_ID.fullmatch(event_id)
+        if match is None or match[3] not in get_args(StudyState):
             raise ApiError(
                 ProblemCode.INVALID_CURSOR,
                 f"Last-Event-ID {event_id!r} is not an id this stream sent",
             )
-        return position
+        return cls(int(match[1]), int(match[2]), match[3])
+
+
+_EVENT_ID = re.compile(r"(\d{1,18})\.(-1|\d{1,10})\.([a-z]+)")
 
 
 @dataclass(frozen=True)
 class Event:
     position: Position
     kind: str
-    data: dict[str, Any]
+    data: StudyEvent
 
     def sse(self) -> dict[str, str]:
         """The fields of the event on the wire."""
-        return {"id": self.position.event_id(), "event": self.kind, "data": json.dumps(self.data)}
+        data = self.data.model_dump_json()
+        return {"id": self.position.event_id(), "event": self.kind, "data": data}
 
 
 _TRIAL_COLUMNS = (
@@ -136,8 +135,9 @@ def poll(
         except ApiError:
             return None
         end = Position(study.revision, _AFTER_TRIALS, study.state)
-        if (end.seq, end.number, end.state) == (after.seq, after.number, after.state):
+        if end == after and end.state == after.state:
             return [], end
+        # Trial events at after.seq are read again (one transaction's), then left out below.
         found = _trial_events(conn, study_id, after.seq, study.revision)
         if study.state != after.state:
             found.append((study.revision, _STUDY_EVENT, "study_state", study.state, None))
@@ -147,13 +147,13 @@ def poll(
                 state = event_state
             position = Position(seq, number, state)
             if position > after:
-                data = {
-                    "study_id": study_id,
-                    "number": None if kind == "study_state" else number,
-                    "state": event_state,
-                    "values": values,
-                    "revision": seq,
-                }
+                data = StudyEvent(
+                    study_id=study_id,
+                    number=None if kind == "study_state" else number,
+                    state=event_state,
+                    values=values,
+                    revision=seq,
+                )
                 events.append(Event(position, kind, data))
         return events, end
 

@@ -49,18 +49,16 @@ def test_events_come_in_commit_order_and_resume_after_any_of_them(http):
     http.patch(f"/v1/studies/{sid}", json={"state": "paused"}).raise_for_status()
 
     found, end = _poll_all(http, sid, start)
-    assert [(e.kind, e.data["number"], e.data["state"]) for e in found] == [
+    assert [(e.kind, e.data.number, e.data.state) for e in found] == [
         ("trial_asked", first, "running"),
         ("trial_asked", second, "running"),
         ("trial_told", second, "completed"),
         ("trial_failed", first, "failed"),
         ("study_state", None, "paused"),
     ]
-    assert found[2].data["values"] == {"value": 3.0}
+    assert found[2].data.values == {"value": 3.0}
     assert [e.position for e in found] == sorted(e.position for e in found)
-    assert (
-        end.seq == http.get(f"/v1/studies/{sid}").json()["revision"] == found[-1].data["revision"]
-    )
+    assert end.seq == http.get(f"/v1/studies/{sid}").json()["revision"] == found[-1].data.revision
     assert _poll_all(http, sid, end) == ([], end)
     for i, event in enumerate(found):
         resumed = events.start(store, 1, sid, event.position.event_id())
