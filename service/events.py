@@ -209,8 +209,8 @@ OPENAPI_RESPONSE: dict[str, Any] = {
             "x-event-data": StudyEvent.model_json_schema(),
             "example": (
                 "id: 7.3.active\nevent: trial_told\ndata: "
-                '{"study_id": 1, "number": 3, "state": "completed", '
-                '"values": {"loss": 0.25}, "revision": 7}\n\n'
+                '{"study_id":1,"number":3,"state":"completed",'
+                '"values":{"loss":0.25},"revision":7}\n\n'
             ),
         }
     },

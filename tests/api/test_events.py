@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from service import events
@@ -70,3 +71,39 @@ def test_a_stream_of_a_deleted_study_ends(http):
     start = events.start(http.app.state.store, 1, sid, None)
     http.delete(f"/v1/studies/{sid}")
     assert events.poll(http.app.state.store, 1, sid, start) is None
+
+
+def test_the_stream_ends_when_the_client_disconnects(http):
+    sid = http.post("/v1/studies", json=study_body()).json()["id"]
+    sent: list[dict] = []
+
+    async def receive():
+        await anyio.sleep(1.2)  # two polls or so, then the client leaves
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": f"/v1/studies/{sid}/events",
+        "raw_path": f"/v1/studies/{sid}/events".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+        "state": {},
+        "app": http.app,
+    }
+
+    async def call():
+        with anyio.fail_after(5):
+            await http.app(scope, receive, send)
+
+    anyio.run(call)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200

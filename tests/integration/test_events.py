@@ -68,17 +68,28 @@ def _ask_and_tell(url: str, sid: int, value: float) -> int:
     return trial["number"]
 
 
+def _stream_workers(server: Server) -> set[int]:
+    return {pid for pid, _port, _method, path, _status in server.access() if "/events" in path}
+
+
 def test_a_tell_reaches_an_open_stream_within_2_s(server: Server) -> None:
     sid = httpx.post(f"{server.url}/v1/studies", json=study_body()).json()["id"]
-    streams = [EventStream(f"{server.url}/v1/studies/{sid}/events") for _ in range(2)]
+    # Streams until both workers serve one: whichever worker takes the tell, a stream of the
+    # other one must see it too.
+    streams: list[EventStream] = []
     try:
+        deadline = time.monotonic() + 20
+        while len(_stream_workers(server)) < 2 and time.monotonic() < deadline:
+            streams.append(EventStream(f"{server.url}/v1/studies/{sid}/events"))
+            time.sleep(0.05)
+        assert len(_stream_workers(server)) == 2, server.log_tail()
         number = _ask_and_tell(server.url, sid, 0.5)
         told_at = time.monotonic()
         for stream in streams:
             asked, told = stream.take(2, timeout=2.0)
             assert time.monotonic() - told_at < 2.0
             assert (asked["event"], told["event"]) == ("trial_asked", "trial_told")
-            assert asked["data"]["number"] == told["data"]["number"] == number
+            assert asked["data"]["number"] == number
             assert told["data"] == {
                 "study_id": sid,
                 "number": number,
@@ -90,9 +101,6 @@ def test_a_tell_reaches_an_open_stream_within_2_s(server: Server) -> None:
     finally:
         for stream in streams:
             stream.close()
-    # Both workers answered at least one of the requests made here (streams, asks, tells).
-    pids = {pid for pid, _port, _method, path, _status in server.access() if "/v1/" in path}
-    assert len(pids) == 2, server.log_tail()
 
 
 def test_last_event_id_resumes_without_loss_or_duplicates(server: Server) -> None:
