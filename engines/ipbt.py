@@ -63,146 +63,29 @@ References:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
-import torch
-from botorch.exceptions.errors import ModelFittingError
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
-from gpytorch.constraints import Interval
-from gpytorch.kernels import Kernel, MaternKernel, ScaleKernel
-from gpytorch.mlls import ExactMarginalLogLikelihood
-from gpytorch.models import ExactGP
-from scipy.stats import norm
 
 from engines.base import JSON, History, Problem, Proposal, Unit, check_option_ranges
-from engines.pbt import unit_document, unit_proposal
 from engines.quasirandom import SobolStream
+from engines.time_varying_gp import (
+    copula,
+    fit_time_varying_gp,
+    lcb_in_trust_region,
+    smoothed_improvement,
+)
+from engines.units import checkpoint_starts, issued, unit_document, unit_proposal
 
 #: GP rows kept per fit (the most recent), as in the authors' code.
 MAX_ROWS = 100
-#: Random points of the trust region scored by the LCB.
-N_CANDIDATES = 1024
-LCB_BETA = 3.0
 TR_INIT, TR_MIN, TR_MAX = 0.4, 0.15, 1.0
 TR_FACTOR, TR_SUCCESSES, TR_FAILURES = 1.5, 3, 10
 SHRINK, PERTURB = 0.2, 0.1
 TOO_SLOW_WINDOW = 15
-FIT_MAXITER = 50
-
-
-class TimeKernel(Kernel):
-    """``k(t, t') = (1 - eps)^{|t - t'| / 2}`` on one input column (PB2's time-varying
-    kernel); ``eps`` in (0, 1) is learned."""
-
-    has_lengthscale = False
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.register_parameter("raw_eps", torch.nn.Parameter(torch.zeros(*self.batch_shape, 1)))
-        self.register_constraint("raw_eps", Interval(1e-4, 0.999))
-
-    @property
-    def eps(self) -> torch.Tensor:
-        return self.raw_eps_constraint.transform(self.raw_eps)
-
-    def forward(
-        self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False, **params: Any
-    ) -> torch.Tensor:
-        if diag:
-            gap = (x1[..., 0] - x2[..., 0]).abs()
-        else:
-            gap = (x1[..., :, None, 0] - x2[..., None, :, 0]).abs()
-        return torch.pow(1.0 - self.eps, gap / 2.0)
-
-
-def copula(y: np.ndarray) -> np.ndarray:
-    """Ranks mapped to standard normal quantiles (ties by order)."""
-    ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
-    return norm.ppf((ranks + 0.5) / len(y))
-
-
-def fit_time_varying_gp(X: np.ndarray, y: np.ndarray) -> SingleTaskGP:
-    """A GP on ``X: (n, k + 1)`` whose last column is time, ``y: (n,)`` already standardized:
-    ``s^2 Matern52_ARD(first k columns) x TimeKernel(last column)``."""
-    k = X.shape[1] - 1
-    covar = ScaleKernel(
-        MaternKernel(nu=2.5, ard_num_dims=k, active_dims=tuple(range(k)))
-        * TimeKernel(active_dims=(k,))
-    )
-    train_X = torch.as_tensor(X, dtype=torch.float64)
-    train_Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
-    with warnings.catch_warnings():
-        # Time is not in [0, 1] and y is standardized by the caller: no transforms, so that
-        # fantasies (lcb_in_trust_region) are on the scale of the targets.
-        warnings.simplefilter("ignore")
-        model = SingleTaskGP(train_X, train_Y, covar_module=covar, outcome_transform=None)
-        _fit(model)
-    return model
-
-
-def _fit(model: SingleTaskGP) -> None:
-    """Maximum marginal likelihood (at most ``FIT_MAXITER`` L-BFGS iterations: a generation
-    fits two GPs, and the optimum moves little at this size); if the fit fails, the initial
-    hyperparameters stay (a usable, if blunt, model)."""
-    with contextlib.suppress(ModelFittingError):
-        fit_gpytorch_mll(
-            ExactMarginalLogLikelihood(model.likelihood, model),
-            optimizer_kwargs={"options": {"maxiter": FIT_MAXITER}},
-        )
-
-
-def lcb_in_trust_region(
-    model: SingleTaskGP,
-    center: np.ndarray,
-    fixed: np.ndarray,
-    length: float,
-    count: int,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """``count`` points ``h`` in [0, 1]^d minimizing ``mu - 3 sigma`` at ``(h, fixed)`` over
-    random points of the trust region around ``center``; each chosen point enters the model as
-    a fantasy at its posterior mean before the next is chosen. Returns ``(count, d)``."""
-    d = len(center)
-    kernel = model.covar_module.base_kernel.kernels[0]
-    ls = kernel.lengthscale.detach().numpy().ravel()[:d]
-    weights = ls / np.exp(np.mean(np.log(ls)))
-    half = np.clip(weights * length / 2.0, 0.0, 0.5)
-    lower, upper = np.clip(center - half, 0.0, 1.0), np.clip(center + half, 0.0, 1.0)
-    chosen = []
-    for _ in range(count):
-        H = lower + (upper - lower) * rng.random((N_CANDIDATES, d))
-        Z = torch.as_tensor(np.hstack([H, np.tile(fixed, (N_CANDIDATES, 1))]))
-        with torch.no_grad():
-            posterior = model.posterior(Z)
-            mean = posterior.mean.squeeze(-1)
-            lcb = mean - LCB_BETA * posterior.variance.clamp_min(1e-12).sqrt().squeeze(-1)
-        best = int(torch.argmin(lcb))
-        chosen.append(H[best])
-        fantasy_X = torch.cat([model.train_inputs[0], Z[best : best + 1]])
-        fantasy_Y = torch.cat([model.train_targets, mean[best : best + 1]])
-        ExactGP.set_train_data(model, fantasy_X, fantasy_Y, strict=False)
-    return np.array(chosen)
-
-
-def smoothed_improvement(best: list[float]) -> bool:
-    """Whether a GP smoothing of ``best`` (lower is better) ends lower than the step before."""
-    z = np.asarray(best, dtype=np.float64)
-    z = (z - z.mean()) / (z.std() or 1.0)
-    X = torch.linspace(0, 1, len(z), dtype=torch.float64).unsqueeze(-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = SingleTaskGP(X, torch.as_tensor(z).unsqueeze(-1), outcome_transform=None)
-        _fit(model)
-    with torch.no_grad():
-        mean = model.posterior(X[-2:]).mean.squeeze(-1)
-    return bool(mean[1] < mean[0])
 
 
 def too_slow(best: list[float]) -> bool:
@@ -274,8 +157,8 @@ class IPBTEngine:
         units = {u.number: u for u in history.units}
         if not s.plan and not s.finished:
             s.plan = self._initial_generation(problem, s, rng)
-        issued = {(int(u.spec["generation"]), int(u.spec["member"])) for u in history.units}
-        todo = [d for d in s.plan if (d["generation"], d["member"]) not in issued]
+        handed_out = issued(history.units)
+        todo = [d for d in s.plan if (d["generation"], d["member"]) not in handed_out]
         waiting = False
         if not todo and not s.finished:
             generation = [u for u in history.units if u.spec["generation"] == s.generation]
@@ -297,9 +180,7 @@ class IPBTEngine:
         n = 2 * self.population_size
         X = SobolStream.resume(problem.d, {}, rng).draw(n)
         length = s.step_length(n, self.population_size)
-        return [
-            _doc(i, 0, 0, 0, length, None, "initial", rng, X[i], eval_before=True) for i in range(n)
-        ]
+        return [_doc(i, 0, length, None, "initial", rng, X[i], eval_before=True) for i in range(n)]
 
     def _close_generation(
         self,
@@ -359,44 +240,17 @@ class IPBTEngine:
         parents = {i: population[top[int(rng.integers(len(top)))]] for i in bottom}
         explored, source = self._explore(problem, s, parents, units, rng)
         docs = []
+        start: Unit | None
+        extra: JSON
         for i, unit in enumerate(population):
             if i in parents:
-                parent = parents[i]
-                from_step = int(parent.spec["to_step"])
-                docs.append(
-                    _doc(
-                        i,
-                        0,
-                        s.iteration,
-                        from_step,
-                        length,
-                        parent,
-                        "exploit",
-                        rng,
-                        explored[i],
-                        source=source,
-                    )
-                )
+                start, reason, x, extra = parents[i], "exploit", explored[i], {"source": source}
             elif i in failed:  # nobody to copy (every member failed): start afresh
-                docs.append(
-                    _doc(
-                        i,
-                        0,
-                        s.iteration,
-                        0,
-                        length,
-                        None,
-                        "initial",
-                        rng,
-                        rng.random(problem.d),
-                        eval_before=True,
-                    )
-                )
+                x = rng.random(problem.d)
+                start, reason, extra = None, "initial", {"eval_before": True}
             else:
-                from_step = int(unit.spec["to_step"])
-                docs.append(
-                    _doc(i, 0, s.iteration, from_step, length, unit, "continue", rng, unit.x)
-                )
+                start, reason, x, extra = unit, "continue", unit.x, {}
+            docs.append(_doc(i, s.iteration, length, start, reason, rng, x, **extra))
         return docs
 
     def _explore(
@@ -458,23 +312,22 @@ class IPBTEngine:
             parent = top[int(rng.integers(len(top)))] if top else None
             if parent is None:  # nothing to reuse: fresh weights from step 0
                 docs.append(
-                    _doc(i, 0, s.iteration, 0, length, None, "restart", rng, X[i], eval_before=True)
+                    _doc(i, s.iteration, length, None, "restart", rng, X[i], eval_before=True)
                 )
                 continue
             shrink, perturb = (0.0, 1.0) if i in fresh else (SHRINK, PERTURB)
+            seed = int(rng.integers(2**31))
             transform = {
                 "kind": "shrink_perturb",
                 "shrink": shrink,
                 "perturb": perturb,
-                "seed": int(rng.integers(2**31)),
+                "seed": seed,
             }
             source = "meta_bo" if n_random <= i < n_random + len(meta) else "random"
             docs.append(
                 _doc(
                     i,
-                    0,
                     s.iteration,
-                    int(parent.spec["to_step"]),
                     length,
                     parent,
                     "restart",
@@ -607,41 +460,28 @@ def _improvement_rows(
 
 def _doc(
     member: int,
-    generation: int,
     iteration: int,
-    from_step: int,
     length: int,
     start: Unit | None,
     reason: str,
     rng: np.random.Generator,
     x: np.ndarray,
     eval_before: bool = False,
-    transform: JSON | None = None,
-    source: str | None = None,
+    **extra: object,
 ) -> JSON:
-    extra: dict[str, object] = {"iteration": iteration, "eval_before": eval_before}
-    if transform is not None:
-        extra["transform"] = transform
-    if source is not None:
-        extra["source"] = source
-    doc = unit_document(
-        member,
-        generation,
-        from_step,
-        from_step + length,
-        start,
-        reason,
-        int(rng.integers(2**31)),
-        **extra,
-    )
-    doc["x"] = [float(v) for v in np.clip(x, 0.0, 1.0)]
-    return doc
+    """A unit of ``iteration`` training ``length`` steps from ``start`` (fresh: from step 0);
+    its generation is set when the plan is complete."""
+    from_step = 0 if start is None else int(start.spec["to_step"])
+    seed = int(rng.integers(2**31))
+    x = np.clip(x, 0.0, 1.0)
+    extra = {"iteration": iteration, "eval_before": eval_before, **extra}
+    return unit_document(member, 0, from_step, from_step + length, start, reason, seed, x, **extra)
 
 
 def _pinned(s: _State, units: dict[int, Unit]) -> list[int]:
     """The checkpoints a unit of the plan loads, the population's, and the best of every
     iteration."""
-    pinned = {int(d["start"]["trial"]) for d in s.plan if d["start"]["kind"] == "checkpoint"}
+    pinned = checkpoint_starts(s.plan)
     pinned |= {n for n in s.slots if n in units and units[n].checkpoint is not None}
     pinned |= set(s.pinned_bests)
     if s.best_of_iteration is not None:
