@@ -1,58 +1,35 @@
 """The ``ipbt`` engine: Iterated Population Based Training, a scheduler of training units.
 
-Method [Chebykin2026] (IPBT; defaults as in the authors' code). PBT's most sensitive knob, the
-number of steps between hyperparameter updates, is replaced by restarts: a synchronous PBT runs
-with a short step ``t_step`` (1 % of ``t_max``) until its progress stagnates, then restarts with
-the step doubled, reusing the best weights by shrink-and-perturb and re-initializing the
-hyperparameters by time-varying Bayesian optimization.
+Method [Chebykin2026], defaults as in the authors' code (full description and reasons:
+docs/engines/ipbt.md). A synchronous PBT runs with a short step ``t_step`` (1 % of ``t_max``)
+until its progress stagnates, then restarts with the step doubled:
 
-- Iteration start (t = 0 and every restart): ``2 P`` candidates train one step, each evaluated
-  before training (``eval_before``: the score of the starting weights, ``R_before``); the best
-  ``P`` become the population. At t = 0 their weights are fresh and their hyperparameters
-  random (a scrambled Sobol design).
-- Outer step: every member trains ``t_step`` steps. The bottom ``round(q P)`` members (q = 0.25)
-  copy the checkpoint of a member drawn from the top ``round(q P)`` and take new hyperparameters
-  from a time-varying GP (PB2 [Parker-Holder2020]): on the rows ``(h, R_before, t)`` of the
-  current iteration, target the improvement per step ``(y - R_before) / (to - from)``
-  (copula-standardized: rank to normal quantile), kernel ``k = s^2 Matern52_ARD((h, R), (h', R'))
-  (1 - eps)^{|t - t'| / 2}`` with ``eps`` learned; the new ``h`` minimizes ``LCB = mu - 3 sigma``
-  at the parent's ``R_before`` and the next time, inside a trust region around the parent's
-  ``h`` (side ``L`` scaled by the normalized ARD lengthscales, ``L`` from 0.4 in [0.15, 1],
-  x1.5 after 3 successes, /1.5 after 10 failures; a success is an outer step whose best member
-  was placed by the GP). Members chosen in the same step enter the GP as fantasies at their
-  posterior mean (batch diversity, as in PB2). Before the iteration has improvement rows the
-  new ``h`` is uniform.
-- Stagnation (``previous-smoothed-or-slow``): ``s`` = the population's best score after each
-  outer step of the iteration, z-scored. "Too slow": with at least 15 points and less than one
-  standard deviation gained over the last 14, fail at once (``n_fail = patience``). Otherwise a
-  GP smooths ``s``; the step failed unless the smoothed value at the last point beats the one
-  before. ``n_fail`` counts failed steps in a row; at ``patience`` (3) the run restarts, unless
-  the authors' guard forbids it: ``t + t_step + 2 (2 t_step) > t_max``, with ``t`` the budget
-  spent per member (a restart near the end would train little).
-- Restart: ``t_step`` doubles; the ``2 P`` candidates start from checkpoints of random top
-  members, shrunk and perturbed ``theta <- 0.2 theta + 0.1 theta_fresh`` (half of them, at
-  random, fully fresh: ``0 theta + 1 theta_fresh``); half of their hyperparameters are uniform,
-  half come from a meta-level time-varying GP over iterations: rows ``(h, iteration)`` of each
-  iteration's ``P`` initial members, with the member's score after its first step (at the
-  iteration's start) and the best score any of its descendants reached (at its end); LCB at the
-  next iteration, in a trust region around the initial ``h`` of the last iteration's best
-  lineage.
-- Budget: ``P t_max`` member-steps, as for PBT with the same population. A ``2 P`` step costs
-  twice a population step. The last step is cut to what the budget allows.
+- Iteration start (t = 0 and every restart): ``2 P`` candidates train one step, each scored
+  before training (``R_before``); the best ``P`` become the population.
+- Outer step: every member trains ``t_step`` steps; the bottom ``round(q P)`` copy the checkpoint
+  of a random top member and take the hyperparameters ``h`` minimizing ``LCB = mu - 3 sigma`` of
+  a time-varying GP (PB2 [Parker-Holder2020], engines/time_varying_gp.py) on the iteration's
+  rows ``(h, R_before, t) -> (y - R_before) / (to - from)``, at the parent's ``R_before`` and the
+  next time, in a trust region around the parent's ``h`` (side ``L`` from 0.4 in [0.15, 1],
+  x1.5 after 3 successes, /1.5 after 10 failures).
+- Stagnation: ``s`` = the best score after each outer step. "Too slow" (15 points or more, less
+  than one standard deviation gained over the last 14) fails at once; otherwise a step fails
+  unless a GP smoothing of ``s`` ends lower than the step before. ``patience`` failed steps in a
+  row restart, if ``t + t_step + 2 (2 t_step) <= t_max`` (``t``: steps spent per member).
+- Restart: ``t_step`` doubles; the ``2 P`` candidates start from top checkpoints shrunk and
+  perturbed, ``theta <- 0.2 theta + 0.1 theta_fresh`` (half, at random, fully fresh), half with
+  uniform ``h`` and half from a meta-level time-varying GP over the iterations' initial members.
+- Budget: ``P t_max`` member-steps; the last step is cut to what is left.
 
-Over the ask/tell API (engines/base.py, schedulers): units as in the ``pbt`` engine (its module
-docstring), always synchronous: ask answers no unit and a retry hint while a generation trains.
-The state keeps the generation's plan, the population's slots (the trial of each member's latest
-unit), the iteration, ``t_step``, the budget spent, the stagnation record and counters, the trust
-region, and per iteration its initial members for the meta-GP; the GPs are refit from the units
-on each generation (at most 100 rows, so milliseconds).
+Over the ask/tell API (engines/base.py, schedulers): units as in ``pbt``, always synchronous.
+The state keeps the plan, the population's slots, the iteration, ``t_step``, the budget spent,
+the stagnation and trust-region counters and the iterations' initial members; the GPs are
+refit from the units on each generation.
 
 Our simplifications (the authors' code differs): the LCB is minimized over 1,024 random points
-of the trust region rather than by Adam with neighbour moves; categorical and integer
-hyperparameters enter the GP through their cell in the unit cube (an ordered coordinate), not an
-overlap kernel; the stagnation smoother is an exact GP with a learned noise, not a variational
-one; time in the GP is counted in outer steps (iterations for the meta-GP), so ``eps`` is the
-correlation lost per step; a failed unit scores worst (its member is exploited).
+of the trust region, not by Adam; categorical and integer hyperparameters enter the GP through
+their cell in the unit cube, not an overlap kernel; the stagnation smoother is an exact GP;
+GP time counts outer steps (iterations for the meta-GP); a failed unit scores worst.
 
 References:
     [Chebykin2026] A. Chebykin, T. Alderliesten, P. A. N. Bosman. Iterated Population Based
@@ -70,7 +47,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from engines.base import JSON, History, Problem, Proposal, Unit, check_option_ranges
+from engines.base import JSON, History, Problem, Proposal, Unit, UnitScheduler
+from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream
 from engines.time_varying_gp import (
     copula,
@@ -78,7 +56,13 @@ from engines.time_varying_gp import (
     lcb_in_trust_region,
     smoothed_improvement,
 )
-from engines.units import checkpoint_starts, issued, unit_document, unit_proposal
+from engines.units import (
+    best_descendant_score,
+    checkpoint_starts,
+    issued,
+    unit_document,
+    unit_proposal,
+)
 
 #: GP rows kept per fit (the most recent), as in the authors' code.
 MAX_ROWS = 100
@@ -98,21 +82,18 @@ def too_slow(best: list[float]) -> bool:
 
 
 @dataclass
-class IPBTEngine:
+class IPBTEngine(UnitScheduler):
     """IPBT over ask/tell; see the module docstring. ``t_max`` (training steps per member)
     is required."""
 
     name: ClassVar[str] = "ipbt"
-    uses_observations: ClassVar[bool] = True
-    max_objectives: ClassVar[int | None] = 1
-    schedules_units: ClassVar[bool] = True
 
-    t_max: int | None = None
-    population_size: int = 8
+    t_max: int | None = int_option(None, 2, 2**40)
+    population_size: int = int_option(8, 2, 1000)
     #: The first step, as a share of ``t_max``; doubled at each restart.
     initial_step_share: float = 0.01
     quantile: float = 0.25
-    patience: int = 3
+    patience: int = int_option(3, 1, 1000)
     #: Share of the restart candidates with fully fresh weights, and with random
     #: hyperparameters (the others come from the meta-GP).
     random_weights_share: float = 0.5
@@ -122,13 +103,7 @@ class IPBTEngine:
     def __post_init__(self) -> None:
         if self.t_max is None:
             raise ValueError("option t_max (training steps per member) is required")
-        check_option_ranges(
-            [
-                ("t_max", self.t_max, 2, 2**40, False),
-                ("population_size", self.population_size, 2, 1000, False),
-                ("patience", self.patience, 1, 1000, False),
-            ]
-        )
+        check_int_options(self)
         for name in ("initial_step_share", "random_weights_share", "random_hyperparameters_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -145,12 +120,7 @@ class IPBTEngine:
         return min(max(1, round(self.quantile * self.population_size)), self.population_size // 2)
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         assert self.t_max is not None
         s = _State.load(state, self.t_max, self.initial_step_share)
@@ -214,9 +184,9 @@ class IPBTEngine:
             s.finished, s.plan = True, []
             return
         if s.n_fail >= self.patience and self._restart_fits(s):
-            s.plan = self._restart(problem, s, population, units, rng)
+            s.plan = self._restart(problem, s, units, rng)
         else:
-            s.plan = self._outer_step(problem, s, population, units, rng, length)
+            s.plan = self._outer_step(problem, s, length, population, units, rng)
         s.generation += 1
         for d in s.plan:
             d["generation"] = s.generation
@@ -225,10 +195,10 @@ class IPBTEngine:
         self,
         problem: Problem,
         s: _State,
+        length: int,
         population: list[Unit],
         units: dict[int, Unit],
         rng: np.random.Generator,
-        length: int,
     ) -> list[JSON]:
         """Continue the top and middle members; the bottom ones copy a top member and take
         hyperparameters from the time-varying GP."""
@@ -281,12 +251,7 @@ class IPBTEngine:
         return out, "bo"
 
     def _restart(
-        self,
-        problem: Problem,
-        s: _State,
-        population: list[Unit],
-        units: dict[int, Unit],
-        rng: np.random.Generator,
+        self, problem: Problem, s: _State, units: dict[int, Unit], rng: np.random.Generator
     ) -> list[JSON]:
         """A new iteration: the step doubles; 2P candidates from shrunk-and-perturbed top
         checkpoints (some fresh), half random and half meta-GP hyperparameters."""
@@ -303,41 +268,21 @@ class IPBTEngine:
         X = np.vstack([rng.random((n_random, problem.d)), meta[: n - n_random]])
         if len(X) < n:
             X = np.vstack([X, rng.random((n - len(X), problem.d))])
-        completed = [u for u in population if u.state == "completed"]
+        completed = [units[n] for n in s.slots if units[n].state == "completed"]
         top = sorted(completed, key=_rank_key)[: self.n_quantile]
         fresh = set(rng.permutation(n)[: round(self.random_weights_share * n)].tolist())
         length = s.step_length(n, self.population_size)
         docs = []
         for i in range(n):
             parent = top[int(rng.integers(len(top)))] if top else None
-            if parent is None:  # nothing to reuse: fresh weights from step 0
-                docs.append(
-                    _doc(i, s.iteration, length, None, "restart", rng, X[i], eval_before=True)
-                )
-                continue
-            shrink, perturb = (0.0, 1.0) if i in fresh else (SHRINK, PERTURB)
-            seed = int(rng.integers(2**31))
-            transform = {
-                "kind": "shrink_perturb",
-                "shrink": shrink,
-                "perturb": perturb,
-                "seed": seed,
-            }
-            source = "meta_bo" if n_random <= i < n_random + len(meta) else "random"
-            docs.append(
-                _doc(
-                    i,
-                    s.iteration,
-                    length,
-                    parent,
-                    "restart",
-                    rng,
-                    X[i],
-                    eval_before=True,
-                    transform=transform,
-                    source=source,
-                )
-            )
+            extra: JSON = {}  # without a parent: nothing to reuse, fresh weights from step 0
+            if parent is not None:
+                shrink, perturb = (0.0, 1.0) if i in fresh else (SHRINK, PERTURB)
+                transform = {"kind": "shrink_perturb", "shrink": shrink, "perturb": perturb}
+                transform["seed"] = int(rng.integers(2**31))
+                source = "meta_bo" if n_random <= i < n_random + len(meta) else "random"
+                extra = {"transform": transform, "source": source}
+            docs.append(_doc(i, s.iteration, length, parent, "restart", rng, X[i], True, **extra))
         return docs
 
     def _meta_proposals(
@@ -351,7 +296,7 @@ class IPBTEngine:
                 root = units.get(number)
                 if root is None or root.y is None:
                     continue
-                best = _best_descendant(root, units)
+                best = best_descendant_score(root, units)
                 rows_X += [np.append(root.x, record["n"]), np.append(root.x, record["n"] + 1)]
                 rows_y += [root.y, best]
                 lineages.append((record["n"], best, root))
@@ -403,26 +348,6 @@ def _better(current: int | None, candidate: Unit, units: dict[int, Unit]) -> int
     if current is None or current not in units:
         return candidate.number
     return min(current, candidate.number, key=lambda n: _rank_key(units[n]))
-
-
-def _best_descendant(root: Unit, units: dict[int, Unit]) -> float:
-    """The best score of any unit whose weights descend from ``root`` (itself included), in
-    ``root``'s iteration."""
-    iteration = root.spec.get("iteration", 0)
-    best = root.y if root.y is not None else math.inf
-    for u in units.values():
-        if u.y is None or u.spec.get("iteration", 0) != iteration:
-            continue
-        current: Unit | None = u
-        seen = 0
-        while current is not None and seen < len(units):
-            if current.number == root.number:
-                best = min(best, u.y)
-                break
-            start = current.spec["start"].get("trial")
-            current = units.get(start) if start is not None else None
-            seen += 1
-    return best
 
 
 def _improvement_rows(

@@ -46,15 +46,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from engines.base import (
-    JSON,
-    History,
-    Problem,
-    Proposal,
-    Unit,
-    best_unit,
-    check_option_ranges,
-)
+from engines.base import JSON, History, Problem, Proposal, Unit, UnitScheduler, best_unit
+from engines.options import check_int_options, check_option_ranges, int_option
 from engines.quasirandom import SobolStream
 from engines.space import (
     CategoricalParam,
@@ -199,17 +192,14 @@ def _perturbed(p: Param, v: ParamValue, factor: float, up: bool) -> ParamValue:
 
 
 @dataclass
-class PBTEngine:
+class PBTEngine(UnitScheduler):
     """PBT over ask/tell; see the module docstring. ``t_max`` (training steps per member) is
     required."""
 
     name: ClassVar[str] = "pbt"
-    uses_observations: ClassVar[bool] = True
-    max_objectives: ClassVar[int | None] = 1
-    schedules_units: ClassVar[bool] = True
 
-    t_max: int | None = None
-    population_size: int = 8
+    t_max: int | None = int_option(None, 1, 2**40)
+    population_size: int = int_option(8, 2, 1000)
     #: Steps per unit; default 5 % of ``t_max`` (at least 1).
     interval: int | None = None
     quantile: float = 0.25
@@ -224,13 +214,8 @@ class PBTEngine:
     def __post_init__(self) -> None:
         if self.t_max is None:
             raise ValueError("option t_max (training steps per member) is required")
-        check_option_ranges(
-            [
-                ("t_max", self.t_max, 1, 2**40, False),
-                ("population_size", self.population_size, 2, 1000, False),
-                ("interval", self.interval, 1, self.t_max, True),
-            ]
-        )
+        check_int_options(self)
+        check_option_ranges([("interval", self.interval, 1, self.t_max, True)])
         if not 0.0 < self.quantile <= 0.5:
             raise ValueError(f"quantile must be in (0, 0.5], got {self.quantile}")
         if not 0.0 <= self.resample_probability <= 1.0:
@@ -246,12 +231,7 @@ class PBTEngine:
         self._factors = (self.perturb_down, self.perturb_up)
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         initial = _initial_design(state, problem.d, self.population_size, rng)
         members = members_of(history.units, self.population_size)

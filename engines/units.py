@@ -8,6 +8,7 @@ a document also carries its point (the hyperparameters in the unit cube) under `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -64,3 +65,23 @@ def issued(units: Sequence[Unit]) -> set[tuple[int, int]]:
 def checkpoint_starts(docs: Iterable[JSON]) -> set[int]:
     """The trials whose checkpoints the documents ``docs`` start from."""
     return {int(d["start"]["trial"]) for d in docs if d["start"]["kind"] == "checkpoint"}
+
+
+def best_descendant_score(root: Unit, units: dict[int, Unit]) -> float:
+    """The best score of any unit whose weights descend from ``root`` (itself included) through
+    the units' ``start`` checkpoints, in ``root``'s ``iteration`` (``ipbt``)."""
+    iteration = root.spec.get("iteration", 0)
+    best = root.y if root.y is not None else math.inf
+    for u in units.values():
+        if u.y is None or u.spec.get("iteration", 0) != iteration:
+            continue
+        current: Unit | None = u
+        seen = 0
+        while current is not None and seen < len(units):
+            if current.number == root.number:
+                best = min(best, u.y)
+                break
+            start = current.spec["start"].get("trial")
+            current = units.get(start) if start is not None else None
+            seen += 1
+    return best
