@@ -35,6 +35,8 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.models import ExactGP
 from scipy.stats import norm
 
+from engines import bo
+
 #: Random points of the trust region scored by the LCB.
 N_CANDIDATES = 1024
 LCB_BETA = 3.0
@@ -94,8 +96,13 @@ def fit_time_varying_gp(X: np.ndarray, y: np.ndarray) -> SingleTaskGP:
 def _fit(model: SingleTaskGP) -> None:
     """Maximum marginal likelihood (at most ``FIT_MAXITER`` L-BFGS iterations: a generation
     fits two GPs, and the optimum moves little at this size); if the fit fails, the initial
-    hyperparameters stay (a usable, if blunt, model)."""
-    with contextlib.suppress(ModelFittingError):
+    hyperparameters stay (a usable, if blunt, model).
+
+    Under a fixed torch seed: after a failed attempt (a ``NotPSDError``) BoTorch retries from
+    hyperparameters drawn from their priors with torch's global generator, which would make the
+    proposal depend on what the process ran before. Seed 0 leaves every fit without a retry as
+    it was."""
+    with bo.seeded(0, False), contextlib.suppress(ModelFittingError):
         fit_gpytorch_mll(
             ExactMarginalLogLikelihood(model.likelihood, model),
             optimizer_kwargs={"options": {"maxiter": FIT_MAXITER}},

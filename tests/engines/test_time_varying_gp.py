@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import botorch.fit
 import numpy as np
 import pytest
+import torch
+from linear_operator.utils.errors import NotPSDError
 
 from engines.time_varying_gp import (
     copula,
@@ -43,3 +46,29 @@ def test_lcb_points_stay_in_the_trust_region_and_fantasies_spread_the_batch():
     # Each chosen point joined the training data as a fantasy.
     assert model.train_inputs[0].shape == (23, 3)
     assert 0.0 < float(model.covar_module.base_kernel.kernels[1].eps) < 1.0
+
+
+def test_a_fit_that_retries_does_not_depend_on_the_global_torch_generator(monkeypatch):
+    # BoTorch retries a failed fit from hyperparameters drawn from their priors; make the
+    # first attempt of every fit fail so that each fit takes that path.
+    first_attempt = botorch.fit._fit_fallback.__kwdefaults__["optimizer"]
+    attempts = []
+
+    def fail_first(mll, *args, **kwargs):
+        attempts.append(1)
+        if len(attempts) % 2 == 1:
+            raise NotPSDError("the first attempt fails")
+        return first_attempt(mll, *args, **kwargs)
+
+    monkeypatch.setitem(botorch.fit._fit_fallback.__kwdefaults__, "optimizer", fail_first)
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.random((12, 2)), np.repeat(np.arange(4.0), 3)])
+    y = rng.standard_normal(12)
+    fitted = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        model = fit_time_varying_gp(X, y)
+        fitted.append({name: p.detach().clone() for name, p in model.named_parameters()})
+    assert len(attempts) == 4
+    for name, value in fitted[0].items():
+        assert torch.equal(value, fitted[1][name]), name
