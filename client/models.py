@@ -289,6 +289,27 @@ class TrialsPage(BaseModel):
     next_cursor: str | None = None
 
 
+class HistoryPoint(BaseModel):
+    number: int
+    state: TrialState
+    values: dict[str, float] | None = None
+
+
+class StudyHistory(BaseModel):
+    """A study's finished trials in number order, for a chart: all of them, or at most the
+    asked number when ``downsampled`` (per stretch of trials, the lowest and highest value of
+    each objective and the first trial that did not complete)."""
+
+    objectives: list[str]
+    #: Finished trials (completed, failed, infeasible) in the study.
+    finished: int
+    downsampled: bool
+    points: list[HistoryPoint]
+    #: Per objective, the best-so-far curve as ``[trial number, value]`` where it improves,
+    #: over the completed feasible trials.
+    best: dict[str, list[tuple[int, float]]]
+
+
 class BestPublic(BaseModel):
     """The best feasible trial (one objective) or the feasible non-dominated set (several).
 
