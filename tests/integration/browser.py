@@ -4,7 +4,6 @@ used), and a page that records every console error, uncaught exception and faile
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ def browser() -> Iterator[object]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("the playwright package is missing: run `make install` (the [dev] extra)")
-    if not CHROMIUM.exists() and shutil.which("chromium") is None:
+    if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run `make install` (apt-get install chromium)")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
