@@ -1,11 +1,18 @@
 """The reads the dashboard is built on: trials sorted and paged on the server, and a study's
-history downsampled on the server."""
+history downsampled on the server; on SQLite and PostgreSQL, whose JSON operators differ."""
 
 import pytest
 
-from tests.conftest import FLOAT_X, study_body
+from tests.conftest import FLOAT_X, make_test_client, study_body
 
 COLOR = {"type": "categorical", "name": "color", "choices": ["red", "green", "blue"]}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def http(request):
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    with make_test_client(url) as client:
+        yield client
 
 
 def _study(http, **fields):
