@@ -50,3 +50,14 @@ export function showError(error) {
   box.textContent = String(error.message || error);
   box.hidden = false;
 }
+
+// Previous and next buttons and a line of text in `node`; the page wires the buttons.
+export function pager(node) {
+  const parts = {
+    previous: el("button", { id: "previous", disabled: "" }, "Previous"),
+    next: el("button", { id: "next", disabled: "" }, "Next"),
+    info: el("span", { id: "page-info", class: "muted" }),
+  };
+  node.replaceChildren(parts.previous, parts.next, parts.info);
+  return parts;
+}

@@ -1,6 +1,6 @@
 // The studies page: every study of the tenant, a page at a time (GET /v1/studies).
 import { getJson } from "./api.js";
-import { ago, el, number, showError, stateCounts } from "./format.js";
+import { ago, el, number, pager, showError, stateCounts } from "./format.js";
 
 const PAGE_SIZE = 50;
 // The cursors of the pages seen so far: cursors[i] opens page i (page 0 has none).
@@ -36,9 +36,9 @@ async function show() {
     ...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No studies yet."))]),
   );
   cursors[page + 1] = body.next_cursor;
-  document.getElementById("previous").disabled = page === 0;
-  document.getElementById("next").disabled = !body.next_cursor;
-  document.getElementById("page-info").textContent = `page ${page + 1}`;
+  controls.previous.disabled = page === 0;
+  controls.next.disabled = !body.next_cursor;
+  controls.info.textContent = `page ${page + 1}`;
 }
 
 function go(step) {
@@ -46,6 +46,7 @@ function go(step) {
   show().catch(showError);
 }
 
-document.getElementById("previous").addEventListener("click", () => go(-1));
-document.getElementById("next").addEventListener("click", () => go(1));
+const controls = pager(document.getElementById("pager"));
+controls.previous.addEventListener("click", () => go(-1));
+controls.next.addEventListener("click", () => go(1));
 show().catch(showError);

@@ -2,15 +2,15 @@
 // (subscribe() in api.js).
 import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
-import { ago, el, number, showError, stateCounts } from "./format.js";
+import { ago, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
-const table = new TrialsTable(studyId, document.getElementById("trials"), {
-  previous: document.getElementById("previous"),
-  next: document.getElementById("next"),
-  info: document.getElementById("page-info"),
-});
+const table = new TrialsTable(
+  studyId,
+  document.getElementById("trials"),
+  pager(document.getElementById("pager")),
+);
 
 function fact(label, ...value) {
   return el("div", {}, el("span", {}, label), ...value);
