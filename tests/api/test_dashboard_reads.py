@@ -119,6 +119,15 @@ def test_history_of_a_maximized_objective_climbs(http):
     assert best == {"score": [[0, 1.0], [1, 3.0], [3, 4.0]]}
 
 
+def test_the_best_of_one_objective_is_ranked_in_sql_first_by_number_on_a_tie(http):
+    sid = _study(http, objectives=[{"name": "score", "goal": "maximize"}])
+    for x, color in ((4.0, "red"), (1.0, "red"), (4.0, "blue")):
+        _completed(http, sid, x, color, score=x)
+    assert http.get(f"/v1/studies/{sid}").json()["best_values"] == {"score": 4.0}
+    (best,) = http.get(f"/v1/studies/{sid}/best").json()["trials"]
+    assert best["number"] == 0 and best["params"]["color"] == "red"
+
+
 def test_a_large_history_is_downsampled_keeping_extremes_and_failures(http):
     sid = _study(http)
     for i in range(300):
