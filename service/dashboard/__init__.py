@@ -4,10 +4,13 @@ serves every file, so the dashboard works without internet and without a build s
 
 from __future__ import annotations
 
+import gzip
+from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -15,6 +18,7 @@ from service.errors import unavailable
 from service.routers.common import StudyId
 
 STATIC = Path(__file__).parent / "static"
+JAVASCRIPT = "text/javascript"
 
 router = APIRouter(include_in_schema=False)
 router.mount("/dashboard/static", StaticFiles(directory=STATIC), name="dashboard-static")
@@ -33,13 +37,23 @@ def study_page(study_id: StudyId) -> FileResponse:
 
 
 @router.get("/dashboard/plotly.min.js")
-def plotly_js() -> FileResponse:
+def plotly_js(accept_encoding: Annotated[str, Header()] = "") -> Response:
+    # Cached by browsers for a day: the file changes only with the installed wheel.
+    headers = {"Cache-Control": "public, max-age=86400", "Vary": "Accept-Encoding"}
+    if "gzip" in accept_encoding:
+        # 4.8 MB as a file, about 1.4 MB compressed: the page's largest download by far.
+        headers["Content-Encoding"] = "gzip"
+        return Response(_plotly_gzip(), media_type=JAVASCRIPT, headers=headers)
+    return FileResponse(_plotly_path(), media_type=JAVASCRIPT, headers=headers)
+
+
+def _plotly_path() -> Path:
     spec = find_spec("plotly")
     if spec is None or spec.origin is None:
         raise unavailable("the plotly package is not installed: pip install 'asktell[server]'")
-    return FileResponse(
-        Path(spec.origin).parent / "package_data" / "plotly.min.js",
-        media_type="text/javascript",
-        # One version per installed wheel: browsers may keep it for a day.
-        headers={"Cache-Control": "public, max-age=86400"},
-    )
+    return Path(spec.origin).parent / "package_data" / "plotly.min.js"
+
+
+@cache
+def _plotly_gzip() -> bytes:
+    return gzip.compress(_plotly_path().read_bytes(), compresslevel=6)
