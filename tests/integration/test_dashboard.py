@@ -99,6 +99,26 @@ def test_study_page_draws_the_history_and_the_trial_table(server, api, watched):
     watched.assert_clean()
 
 
+def test_a_two_objective_study_gets_one_history_panel_per_objective(server, api, watched):
+    objectives = [{"name": "loss", "goal": "minimize"}, {"name": "accuracy", "goal": "maximize"}]
+    sid = _study(api, "two", objectives=objectives)
+    for i in range(20):
+        body = {"params": {"x": 0.0, "act": "relu"}, "values": {"loss": 20.0 - i, "accuracy": i}}
+        assert api.post(f"/v1/studies/{sid}/trials", json=body).status_code == 201
+    _open_study(watched, server, sid)
+    page = watched.page
+    assert page.locator("#history .legendtext").all_text_contents() == [
+        "loss",
+        "best loss",
+        "accuracy",
+        "best accuracy",
+    ]  # no failed trials: no legend entry for them
+    headers = page.locator("#trials th").all_inner_texts()
+    assert headers[2:4] == ["loss (min)", "accuracy (max)"]
+    watched.screenshot("study-two-objectives")
+    watched.assert_clean()
+
+
 def test_a_tell_appears_on_the_open_study_page_within_2_s(server, api, watched):
     sid = _study(api, "live")
     _completed(api, sid, 1.0, 5.0)

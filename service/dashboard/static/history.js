@@ -49,6 +49,7 @@ export function drawHistory(node, history) {
   const failed = history.points.filter((p) => FAILED_STATES.has(p.state));
   // Failed and infeasible trials have no values: marked along the bottom, on an axis of their own.
   const failedAxis = `y${k + 1}`;
+  const bottom = k === 1 ? "y" : `y${k}`;
   traces.push({
     type: "scatter",
     mode: "markers",
@@ -65,8 +66,9 @@ export function drawHistory(node, history) {
     margin: { l: 60, r: 20, t: 10, b: 40 },
     showlegend: true,
     legend: { orientation: "h", y: -0.15 },
-    xaxis: { title: { text: "trial number" } },
-    [`yaxis${k + 1}`]: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
+    // The trial number runs along the bottom panel, where the failures are marked too.
+    xaxis: { title: { text: "trial number" }, anchor: bottom },
+    [`yaxis${k + 1}`]: { overlaying: bottom, range: [0, 1], visible: false, fixedrange: true },
     uirevision: "keep", // zoom and legend choices survive live updates
   };
   history.objectives.forEach((name, i) => {
