@@ -54,7 +54,10 @@ def watched(browser: object) -> Iterator[WatchedPage]:
     watched = WatchedPage(page)
     page.on(
         "console",
-        lambda m: m.type == "error" and watched.problems.append(f"console: {m.text}"),
+        lambda m: (
+            m.type == "error"
+            and watched.problems.append(f"console: {m.text} at {m.location.get('url')}")
+        ),
     )
     page.on("pageerror", lambda e: watched.problems.append(f"page error: {e}"))
     page.on(

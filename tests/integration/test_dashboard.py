@@ -175,3 +175,13 @@ def test_the_trial_table_sorts_numerically_and_pages_on_the_server(server, api, 
     assert page.locator("#previous").is_disabled()
     watched.screenshot("study-table-sorted")
     watched.assert_clean()
+
+
+def test_the_page_of_a_missing_study_says_so(server, watched):
+    page = watched.page
+    page.goto(f"{server.url}/dashboard/studies/999")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "404 not_found: study 999" in page.locator("#error").inner_text()
+    # The failed read is the only problem (the browser logs a failed fetch itself).
+    assert watched.problems and all("/v1/studies/999" in p for p in watched.problems)
+    watched.screenshot("study-missing")

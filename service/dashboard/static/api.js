@@ -19,7 +19,8 @@ export async function getJson(path, query = {}) {
   return body;
 }
 
-// Calls onChange(study) now and whenever the study changes (its revision moves).
+// Calls onChange(study) now and whenever the study changes (its revision moves); after an
+// error (onError), the next successful poll calls onChange again.
 // Today it polls every second; when GET /v1/studies/{id}/events (server-sent events) exists,
 // only this function changes. Returns a function that stops the subscription.
 export function subscribe(studyId, onChange, onError = console.warn) {
@@ -34,6 +35,7 @@ export function subscribe(studyId, onChange, onError = console.warn) {
         await onChange(study);
       }
     } catch (error) {
+      revision = null;
       onError(error);
     }
     if (!stopped) timer = setTimeout(poll, 1000);

@@ -51,6 +51,11 @@ export function showError(error) {
   box.hidden = false;
 }
 
+// After a successful update: an earlier error no longer applies.
+export function clearError() {
+  document.getElementById("error").hidden = true;
+}
+
 // Previous and next buttons and a line of text in `node`; the page wires the buttons.
 export function pager(node) {
   const parts = {

@@ -1,6 +1,6 @@
 // The studies page: every study of the tenant, a page at a time (GET /v1/studies).
 import { getJson } from "./api.js";
-import { ago, el, number, pager, showError, stateCounts } from "./format.js";
+import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 
 const PAGE_SIZE = 50;
 // The cursors of the pages seen so far: cursors[i] opens page i (page 0 has none).
@@ -39,6 +39,7 @@ async function show() {
   controls.previous.disabled = page === 0;
   controls.next.disabled = !body.next_cursor;
   controls.info.textContent = `page ${page + 1}`;
+  clearError();
 }
 
 function go(step) {

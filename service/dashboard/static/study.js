@@ -2,7 +2,7 @@
 // (subscribe() in api.js).
 import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
-import { ago, el, number, pager, showError, stateCounts } from "./format.js";
+import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
@@ -46,14 +46,11 @@ async function showHistory() {
 subscribe(
   studyId,
   async (study) => {
-    try {
-      showFacts(study);
-      await Promise.all([showHistory(), table.show(study)]);
-      // Tells tests (and anyone curious) which revision the page shows.
-      document.body.dataset.revision = study.revision;
-    } catch (error) {
-      showError(error);
-    }
+    showFacts(study);
+    await Promise.all([showHistory(), table.show(study)]);
+    // Tells tests (and anyone curious) which revision the page shows.
+    document.body.dataset.revision = study.revision;
+    clearError();
   },
   showError,
 );

@@ -45,12 +45,15 @@ export class TrialsTable {
   async show(study) {
     this.study = study;
     this.total = Object.values(study.trial_counts).reduce((a, b) => a + b, 0);
+    // A live update and a click may overlap: only the latest request draws.
+    const request = (this.request = (this.request || 0) + 1);
     const page = await getJson(`/v1/studies/${this.studyId}/trials`, {
       sort: this.sort,
       order: this.order,
       offset: this.offset,
       limit: PAGE_SIZE,
     });
+    if (request !== this.request) return;
     const columns = this.columns();
     this.table.tHead.replaceChildren(el("tr", {}, columns.map((c) => this.header(c))));
     this.table.tBodies[0].replaceChildren(
