@@ -1,12 +1,12 @@
-"""The dashboard in a real Chromium against a real server: every page renders without console
-errors or failed requests, the study page follows tells live, and the trial table pages and
-sorts on the server. Screenshots of every page go to test-artifacts/dashboard/."""
+"""The dashboard in a real Chromium against a real two-worker server on SQLite and PostgreSQL
+(``server``): every page renders without console errors or failed requests, the study page
+follows tells live, and the trial table pages and sorts on the server. Screenshots of every
+page go to test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -25,12 +25,7 @@ PARAMETERS = [
 
 
 @pytest.fixture
-def server(start_server: Callable[..., Server], tmp_path: Path) -> Server:
-    return start_server(f"sqlite:///{tmp_path / 'asktell.db'}")
-
-
-@pytest.fixture
-def api(server: Server) -> httpx.Client:
+def api(server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
 
@@ -179,9 +174,9 @@ def test_the_trial_table_sorts_numerically_and_pages_on_the_server(server, api, 
 
 def test_the_page_of_a_missing_study_says_so(server, watched):
     page = watched.page
-    page.goto(f"{server.url}/dashboard/studies/999")
+    page.goto(f"{server.url}/dashboard/studies/2147483647")
     page.wait_for_selector("#error:not([hidden])")
-    assert "404 not_found: study 999" in page.locator("#error").inner_text()
+    assert "404 not_found: study 2147483647" in page.locator("#error").inner_text()
     # The failed read is the only problem (the browser logs a failed fetch itself).
-    assert watched.problems and all("/v1/studies/999" in p for p in watched.problems)
+    assert watched.problems and all("/v1/studies/2147483647" in p for p in watched.problems)
     watched.screenshot("study-missing")
