@@ -402,6 +402,28 @@ class StudyExport(_Request):
     engine_state_version: Int32 = 0
 
 
+# --- events -------------------------------------------------------------------------------
+
+
+class StudyEvent(BaseModel):
+    """The ``data`` of an event of ``GET /v1/studies/{id}/events``: the event's ``event`` field
+    is ``trial_asked``, ``trial_told``, ``trial_failed`` or ``study_state``."""
+
+    study_id: int
+    number: int | None = Field(description="The trial's number; null for study_state.")
+    state: str = Field(
+        description="The state the event put the trial in (running when asked), or the "
+        "study's new state."
+    )
+    values: dict[str, float] | None = Field(
+        description="The told values (trial_told); null otherwise."
+    )
+    revision: int = Field(
+        description="The study's revision the event happened at (for study_state, the one it "
+        "was seen at)."
+    )
+
+
 # --- errors -------------------------------------------------------------------------------
 
 

@@ -203,20 +203,18 @@ class Engine(Protocol):
 
 class ModelBasedEngine:
     """The class attributes an engine that models the observations shares (``gp``, ``pom``,
-    ``mwgd``, ``lcbo``, ``turbo-enn``); each sets its ``name`` and ``max_objectives``."""
+    ``mwgd``, ``lcbo``, ``turbo-enn``); each sets its ``name``, and ``max_objectives`` when it
+    handles fewer than any number."""
 
     uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = None
     schedules_units: ClassVar[bool] = False
 
 
-def check_option_ranges(checks: list[tuple[str, int | None, int, int, bool]]) -> None:
-    """Check integer engine options: ``(name, value, low, high, nullable)`` each.
+class UnitScheduler:
+    """The class attributes the schedulers of training units share (``pbt``, ``ipbt``); each
+    sets its ``name``."""
 
-    Raises:
-        ValueError: a value outside ``[low, high]``, or ``None`` where not nullable.
-    """
-    for name, value, low, high, nullable in checks:
-        if value is None and nullable:
-            continue
-        if value is None or not low <= value <= high:
-            raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+    uses_observations: ClassVar[bool] = True
+    max_objectives: ClassVar[int | None] = 1
+    schedules_units: ClassVar[bool] = True

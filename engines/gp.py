@@ -75,7 +75,8 @@ from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
 from numpy.random import Generator
 
 from engines import bo
-from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
+from engines.options import check_option_ranges
 from engines.quasirandom import SobolStream
 from engines.space import SearchSpace
 
@@ -96,7 +97,6 @@ class GPEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "gp"
-    max_objectives: ClassVar[int | None] = None
 
     n_initial: int | None = None
     num_restarts: int = 8

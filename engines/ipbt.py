@@ -1,58 +1,35 @@
 """The ``ipbt`` engine: Iterated Population Based Training, a scheduler of training units.
 
-Method [Chebykin2026] (IPBT; defaults as in the authors' code). PBT's most sensitive knob, the
-number of steps between hyperparameter updates, is replaced by restarts: a synchronous PBT runs
-with a short step ``t_step`` (1 % of ``t_max``) until its progress stagnates, then restarts with
-the step doubled, reusing the best weights by shrink-and-perturb and re-initializing the
-hyperparameters by time-varying Bayesian optimization.
+Method [Chebykin2026], defaults as in the authors' code (full description and reasons:
+docs/engines/ipbt.md). A synchronous PBT runs with a short step ``t_step`` (1 % of ``t_max``)
+until its progress stagnates, then restarts with the step doubled:
 
-- Iteration start (t = 0 and every restart): ``2 P`` candidates train one step, each evaluated
-  before training (``eval_before``: the score of the starting weights, ``R_before``); the best
-  ``P`` become the population. At t = 0 their weights are fresh and their hyperparameters
-  random (a scrambled Sobol design).
-- Outer step: every member trains ``t_step`` steps. The bottom ``round(q P)`` members (q = 0.25)
-  copy the checkpoint of a member drawn from the top ``round(q P)`` and take new hyperparameters
-  from a time-varying GP (PB2 [Parker-Holder2020]): on the rows ``(h, R_before, t)`` of the
-  current iteration, target the improvement per step ``(y - R_before) / (to - from)``
-  (copula-standardized: rank to normal quantile), kernel ``k = s^2 Matern52_ARD((h, R), (h', R'))
-  (1 - eps)^{|t - t'| / 2}`` with ``eps`` learned; the new ``h`` minimizes ``LCB = mu - 3 sigma``
-  at the parent's ``R_before`` and the next time, inside a trust region around the parent's
-  ``h`` (side ``L`` scaled by the normalized ARD lengthscales, ``L`` from 0.4 in [0.15, 1],
-  x1.5 after 3 successes, /1.5 after 10 failures; a success is an outer step whose best member
-  was placed by the GP). Members chosen in the same step enter the GP as fantasies at their
-  posterior mean (batch diversity, as in PB2). Before the iteration has improvement rows the
-  new ``h`` is uniform.
-- Stagnation (``previous-smoothed-or-slow``): ``s`` = the population's best score after each
-  outer step of the iteration, z-scored. "Too slow": with at least 15 points and less than one
-  standard deviation gained over the last 14, fail at once (``n_fail = patience``). Otherwise a
-  GP smooths ``s``; the step failed unless the smoothed value at the last point beats the one
-  before. ``n_fail`` counts failed steps in a row; at ``patience`` (3) the run restarts, unless
-  the authors' guard forbids it: ``t + t_step + 2 (2 t_step) > t_max``, with ``t`` the budget
-  spent per member (a restart near the end would train little).
-- Restart: ``t_step`` doubles; the ``2 P`` candidates start from checkpoints of random top
-  members, shrunk and perturbed ``theta <- 0.2 theta + 0.1 theta_fresh`` (half of them, at
-  random, fully fresh: ``0 theta + 1 theta_fresh``); half of their hyperparameters are uniform,
-  half come from a meta-level time-varying GP over iterations: rows ``(h, iteration)`` of each
-  iteration's ``P`` initial members, with the member's score after its first step (at the
-  iteration's start) and the best score any of its descendants reached (at its end); LCB at the
-  next iteration, in a trust region around the initial ``h`` of the last iteration's best
-  lineage.
-- Budget: ``P t_max`` member-steps, as for PBT with the same population. A ``2 P`` step costs
-  twice a population step. The last step is cut to what the budget allows.
+- Iteration start (t = 0 and every restart): ``2 P`` candidates train one step, each scored
+  before training (``R_before``); the best ``P`` become the population.
+- Outer step: every member trains ``t_step`` steps; the bottom ``round(q P)`` copy the checkpoint
+  of a random top member and take the hyperparameters ``h`` minimizing ``LCB = mu - 3 sigma`` of
+  a time-varying GP (PB2 [Parker-Holder2020], engines/time_varying_gp.py) on the iteration's
+  rows ``(h, R_before, t) -> (y - R_before) / (to - from)``, at the parent's ``R_before`` and the
+  next time, in a trust region around the parent's ``h`` (side ``L`` from 0.4 in [0.15, 1],
+  x1.5 after 3 successes, /1.5 after 10 failures).
+- Stagnation: ``s`` = the best score after each outer step. "Too slow" (15 points or more, less
+  than one standard deviation gained over the last 14) fails at once; otherwise a step fails
+  unless a GP smoothing of ``s`` ends lower than the step before. ``patience`` failed steps in a
+  row restart, if ``t + t_step + 2 (2 t_step) <= t_max`` (``t``: steps spent per member).
+- Restart: ``t_step`` doubles; the ``2 P`` candidates start from top checkpoints shrunk and
+  perturbed, ``theta <- 0.2 theta + 0.1 theta_fresh`` (half, at random, fully fresh), half with
+  uniform ``h`` and half from a meta-level time-varying GP over the iterations' initial members.
+- Budget: ``P t_max`` member-steps; the last step is cut to what is left.
 
-Over the ask/tell API (engines/base.py, schedulers): units as in the ``pbt`` engine (its module
-docstring), always synchronous: ask answers no unit and a retry hint while a generation trains.
-The state keeps the generation's plan, the population's slots (the trial of each member's latest
-unit), the iteration, ``t_step``, the budget spent, the stagnation record and counters, the trust
-region, and per iteration its initial members for the meta-GP; the GPs are refit from the units
-on each generation (at most 100 rows, so milliseconds).
+Over the ask/tell API (engines/base.py, schedulers): units as in ``pbt``, always synchronous.
+The state keeps the plan, the population's slots, the iteration, ``t_step``, the budget spent,
+the stagnation and trust-region counters and the iterations' initial members; the GPs are
+refit from the units on each generation.
 
 Our simplifications (the authors' code differs): the LCB is minimized over 1,024 random points
-of the trust region rather than by Adam with neighbour moves; categorical and integer
-hyperparameters enter the GP through their cell in the unit cube (an ordered coordinate), not an
-overlap kernel; the stagnation smoother is an exact GP with a learned noise, not a variational
-one; time in the GP is counted in outer steps (iterations for the meta-GP), so ``eps`` is the
-correlation lost per step; a failed unit scores worst (its member is exploited).
+of the trust region, not by Adam; categorical and integer hyperparameters enter the GP through
+their cell in the unit cube, not an overlap kernel; the stagnation smoother is an exact GP;
+GP time counts outer steps (iterations for the meta-GP); a failed unit scores worst.
 
 References:
     [Chebykin2026] A. Chebykin, T. Alderliesten, P. A. N. Bosman. Iterated Population Based
@@ -63,146 +40,36 @@ References:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
-import torch
-from botorch.exceptions.errors import ModelFittingError
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
-from gpytorch.constraints import Interval
-from gpytorch.kernels import Kernel, MaternKernel, ScaleKernel
-from gpytorch.mlls import ExactMarginalLogLikelihood
-from gpytorch.models import ExactGP
-from scipy.stats import norm
 
-from engines.base import JSON, History, Problem, Proposal, Unit, check_option_ranges
-from engines.pbt import unit_document, unit_proposal
+from engines.base import JSON, History, Problem, Proposal, Unit, UnitScheduler
+from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream
+from engines.time_varying_gp import (
+    copula,
+    fit_time_varying_gp,
+    lcb_in_trust_region,
+    smoothed_improvement,
+)
+from engines.units import (
+    best_descendant_score,
+    checkpoint_starts,
+    issued,
+    unit_document,
+    unit_proposal,
+)
 
 #: GP rows kept per fit (the most recent), as in the authors' code.
 MAX_ROWS = 100
-#: Random points of the trust region scored by the LCB.
-N_CANDIDATES = 1024
-LCB_BETA = 3.0
 TR_INIT, TR_MIN, TR_MAX = 0.4, 0.15, 1.0
 TR_FACTOR, TR_SUCCESSES, TR_FAILURES = 1.5, 3, 10
 SHRINK, PERTURB = 0.2, 0.1
 TOO_SLOW_WINDOW = 15
-FIT_MAXITER = 50
-
-
-class TimeKernel(Kernel):
-    """``k(t, t') = (1 - eps)^{|t - t'| / 2}`` on one input column (PB2's time-varying
-    kernel); ``eps`` in (0, 1) is learned."""
-
-    has_lengthscale = False
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.register_parameter("raw_eps", torch.nn.Parameter(torch.zeros(*self.batch_shape, 1)))
-        self.register_constraint("raw_eps", Interval(1e-4, 0.999))
-
-    @property
-    def eps(self) -> torch.Tensor:
-        return self.raw_eps_constraint.transform(self.raw_eps)
-
-    def forward(
-        self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False, **params: Any
-    ) -> torch.Tensor:
-        if diag:
-            gap = (x1[..., 0] - x2[..., 0]).abs()
-        else:
-            gap = (x1[..., :, None, 0] - x2[..., None, :, 0]).abs()
-        return torch.pow(1.0 - self.eps, gap / 2.0)
-
-
-def copula(y: np.ndarray) -> np.ndarray:
-    """Ranks mapped to standard normal quantiles (ties by order)."""
-    ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
-    return norm.ppf((ranks + 0.5) / len(y))
-
-
-def fit_time_varying_gp(X: np.ndarray, y: np.ndarray) -> SingleTaskGP:
-    """A GP on ``X: (n, k + 1)`` whose last column is time, ``y: (n,)`` already standardized:
-    ``s^2 Matern52_ARD(first k columns) x TimeKernel(last column)``."""
-    k = X.shape[1] - 1
-    covar = ScaleKernel(
-        MaternKernel(nu=2.5, ard_num_dims=k, active_dims=tuple(range(k)))
-        * TimeKernel(active_dims=(k,))
-    )
-    train_X = torch.as_tensor(X, dtype=torch.float64)
-    train_Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
-    with warnings.catch_warnings():
-        # Time is not in [0, 1] and y is standardized by the caller: no transforms, so that
-        # fantasies (lcb_in_trust_region) are on the scale of the targets.
-        warnings.simplefilter("ignore")
-        model = SingleTaskGP(train_X, train_Y, covar_module=covar, outcome_transform=None)
-        _fit(model)
-    return model
-
-
-def _fit(model: SingleTaskGP) -> None:
-    """Maximum marginal likelihood (at most ``FIT_MAXITER`` L-BFGS iterations: a generation
-    fits two GPs, and the optimum moves little at this size); if the fit fails, the initial
-    hyperparameters stay (a usable, if blunt, model)."""
-    with contextlib.suppress(ModelFittingError):
-        fit_gpytorch_mll(
-            ExactMarginalLogLikelihood(model.likelihood, model),
-            optimizer_kwargs={"options": {"maxiter": FIT_MAXITER}},
-        )
-
-
-def lcb_in_trust_region(
-    model: SingleTaskGP,
-    center: np.ndarray,
-    fixed: np.ndarray,
-    length: float,
-    count: int,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """``count`` points ``h`` in [0, 1]^d minimizing ``mu - 3 sigma`` at ``(h, fixed)`` over
-    random points of the trust region around ``center``; each chosen point enters the model as
-    a fantasy at its posterior mean before the next is chosen. Returns ``(count, d)``."""
-    d = len(center)
-    kernel = model.covar_module.base_kernel.kernels[0]
-    ls = kernel.lengthscale.detach().numpy().ravel()[:d]
-    weights = ls / np.exp(np.mean(np.log(ls)))
-    half = np.clip(weights * length / 2.0, 0.0, 0.5)
-    lower, upper = np.clip(center - half, 0.0, 1.0), np.clip(center + half, 0.0, 1.0)
-    chosen = []
-    for _ in range(count):
-        H = lower + (upper - lower) * rng.random((N_CANDIDATES, d))
-        Z = torch.as_tensor(np.hstack([H, np.tile(fixed, (N_CANDIDATES, 1))]))
-        with torch.no_grad():
-            posterior = model.posterior(Z)
-            mean = posterior.mean.squeeze(-1)
-            lcb = mean - LCB_BETA * posterior.variance.clamp_min(1e-12).sqrt().squeeze(-1)
-        best = int(torch.argmin(lcb))
-        chosen.append(H[best])
-        fantasy_X = torch.cat([model.train_inputs[0], Z[best : best + 1]])
-        fantasy_Y = torch.cat([model.train_targets, mean[best : best + 1]])
-        ExactGP.set_train_data(model, fantasy_X, fantasy_Y, strict=False)
-    return np.array(chosen)
-
-
-def smoothed_improvement(best: list[float]) -> bool:
-    """Whether a GP smoothing of ``best`` (lower is better) ends lower than the step before."""
-    z = np.asarray(best, dtype=np.float64)
-    z = (z - z.mean()) / (z.std() or 1.0)
-    X = torch.linspace(0, 1, len(z), dtype=torch.float64).unsqueeze(-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = SingleTaskGP(X, torch.as_tensor(z).unsqueeze(-1), outcome_transform=None)
-        _fit(model)
-    with torch.no_grad():
-        mean = model.posterior(X[-2:]).mean.squeeze(-1)
-    return bool(mean[1] < mean[0])
 
 
 def too_slow(best: list[float]) -> bool:
@@ -215,21 +82,18 @@ def too_slow(best: list[float]) -> bool:
 
 
 @dataclass
-class IPBTEngine:
+class IPBTEngine(UnitScheduler):
     """IPBT over ask/tell; see the module docstring. ``t_max`` (training steps per member)
     is required."""
 
     name: ClassVar[str] = "ipbt"
-    uses_observations: ClassVar[bool] = True
-    max_objectives: ClassVar[int | None] = 1
-    schedules_units: ClassVar[bool] = True
 
-    t_max: int | None = None
-    population_size: int = 8
+    t_max: int | None = int_option(None, 2, 2**40)
+    population_size: int = int_option(8, 2, 1000)
     #: The first step, as a share of ``t_max``; doubled at each restart.
     initial_step_share: float = 0.01
     quantile: float = 0.25
-    patience: int = 3
+    patience: int = int_option(3, 1, 1000)
     #: Share of the restart candidates with fully fresh weights, and with random
     #: hyperparameters (the others come from the meta-GP).
     random_weights_share: float = 0.5
@@ -239,13 +103,7 @@ class IPBTEngine:
     def __post_init__(self) -> None:
         if self.t_max is None:
             raise ValueError("option t_max (training steps per member) is required")
-        check_option_ranges(
-            [
-                ("t_max", self.t_max, 2, 2**40, False),
-                ("population_size", self.population_size, 2, 1000, False),
-                ("patience", self.patience, 1, 1000, False),
-            ]
-        )
+        check_int_options(self)
         for name in ("initial_step_share", "random_weights_share", "random_hyperparameters_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -262,20 +120,15 @@ class IPBTEngine:
         return min(max(1, round(self.quantile * self.population_size)), self.population_size // 2)
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         assert self.t_max is not None
         s = _State.load(state, self.t_max, self.initial_step_share)
         units = {u.number: u for u in history.units}
         if not s.plan and not s.finished:
             s.plan = self._initial_generation(problem, s, rng)
-        issued = {(int(u.spec["generation"]), int(u.spec["member"])) for u in history.units}
-        todo = [d for d in s.plan if (d["generation"], d["member"]) not in issued]
+        handed_out = issued(history.units)
+        todo = [d for d in s.plan if (d["generation"], d["member"]) not in handed_out]
         waiting = False
         if not todo and not s.finished:
             generation = [u for u in history.units if u.spec["generation"] == s.generation]
@@ -297,9 +150,7 @@ class IPBTEngine:
         n = 2 * self.population_size
         X = SobolStream.resume(problem.d, {}, rng).draw(n)
         length = s.step_length(n, self.population_size)
-        return [
-            _doc(i, 0, 0, 0, length, None, "initial", rng, X[i], eval_before=True) for i in range(n)
-        ]
+        return [_doc(i, 0, length, None, "initial", rng, X[i], eval_before=True) for i in range(n)]
 
     def _close_generation(
         self,
@@ -333,9 +184,9 @@ class IPBTEngine:
             s.finished, s.plan = True, []
             return
         if s.n_fail >= self.patience and self._restart_fits(s):
-            s.plan = self._restart(problem, s, population, units, rng)
+            s.plan = self._restart(problem, s, units, rng)
         else:
-            s.plan = self._outer_step(problem, s, population, units, rng, length)
+            s.plan = self._outer_step(problem, s, length, population, units, rng)
         s.generation += 1
         for d in s.plan:
             d["generation"] = s.generation
@@ -344,10 +195,10 @@ class IPBTEngine:
         self,
         problem: Problem,
         s: _State,
+        length: int,
         population: list[Unit],
         units: dict[int, Unit],
         rng: np.random.Generator,
-        length: int,
     ) -> list[JSON]:
         """Continue the top and middle members; the bottom ones copy a top member and take
         hyperparameters from the time-varying GP."""
@@ -359,44 +210,17 @@ class IPBTEngine:
         parents = {i: population[top[int(rng.integers(len(top)))]] for i in bottom}
         explored, source = self._explore(problem, s, parents, units, rng)
         docs = []
+        start: Unit | None
+        extra: JSON
         for i, unit in enumerate(population):
             if i in parents:
-                parent = parents[i]
-                from_step = int(parent.spec["to_step"])
-                docs.append(
-                    _doc(
-                        i,
-                        0,
-                        s.iteration,
-                        from_step,
-                        length,
-                        parent,
-                        "exploit",
-                        rng,
-                        explored[i],
-                        source=source,
-                    )
-                )
+                start, reason, x, extra = parents[i], "exploit", explored[i], {"source": source}
             elif i in failed:  # nobody to copy (every member failed): start afresh
-                docs.append(
-                    _doc(
-                        i,
-                        0,
-                        s.iteration,
-                        0,
-                        length,
-                        None,
-                        "initial",
-                        rng,
-                        rng.random(problem.d),
-                        eval_before=True,
-                    )
-                )
+                x = rng.random(problem.d)
+                start, reason, extra = None, "initial", {"eval_before": True}
             else:
-                from_step = int(unit.spec["to_step"])
-                docs.append(
-                    _doc(i, 0, s.iteration, from_step, length, unit, "continue", rng, unit.x)
-                )
+                start, reason, x, extra = unit, "continue", unit.x, {}
+            docs.append(_doc(i, s.iteration, length, start, reason, rng, x, **extra))
         return docs
 
     def _explore(
@@ -427,12 +251,7 @@ class IPBTEngine:
         return out, "bo"
 
     def _restart(
-        self,
-        problem: Problem,
-        s: _State,
-        population: list[Unit],
-        units: dict[int, Unit],
-        rng: np.random.Generator,
+        self, problem: Problem, s: _State, units: dict[int, Unit], rng: np.random.Generator
     ) -> list[JSON]:
         """A new iteration: the step doubles; 2P candidates from shrunk-and-perturbed top
         checkpoints (some fresh), half random and half meta-GP hyperparameters."""
@@ -449,42 +268,21 @@ class IPBTEngine:
         X = np.vstack([rng.random((n_random, problem.d)), meta[: n - n_random]])
         if len(X) < n:
             X = np.vstack([X, rng.random((n - len(X), problem.d))])
-        completed = [u for u in population if u.state == "completed"]
+        completed = [units[n] for n in s.slots if units[n].state == "completed"]
         top = sorted(completed, key=_rank_key)[: self.n_quantile]
         fresh = set(rng.permutation(n)[: round(self.random_weights_share * n)].tolist())
         length = s.step_length(n, self.population_size)
         docs = []
         for i in range(n):
             parent = top[int(rng.integers(len(top)))] if top else None
-            if parent is None:  # nothing to reuse: fresh weights from step 0
-                docs.append(
-                    _doc(i, 0, s.iteration, 0, length, None, "restart", rng, X[i], eval_before=True)
-                )
-                continue
-            shrink, perturb = (0.0, 1.0) if i in fresh else (SHRINK, PERTURB)
-            transform = {
-                "kind": "shrink_perturb",
-                "shrink": shrink,
-                "perturb": perturb,
-                "seed": int(rng.integers(2**31)),
-            }
-            source = "meta_bo" if n_random <= i < n_random + len(meta) else "random"
-            docs.append(
-                _doc(
-                    i,
-                    0,
-                    s.iteration,
-                    int(parent.spec["to_step"]),
-                    length,
-                    parent,
-                    "restart",
-                    rng,
-                    X[i],
-                    eval_before=True,
-                    transform=transform,
-                    source=source,
-                )
-            )
+            extra: JSON = {}  # without a parent: nothing to reuse, fresh weights from step 0
+            if parent is not None:
+                shrink, perturb = (0.0, 1.0) if i in fresh else (SHRINK, PERTURB)
+                transform = {"kind": "shrink_perturb", "shrink": shrink, "perturb": perturb}
+                transform["seed"] = int(rng.integers(2**31))
+                source = "meta_bo" if n_random <= i < n_random + len(meta) else "random"
+                extra = {"transform": transform, "source": source}
+            docs.append(_doc(i, s.iteration, length, parent, "restart", rng, X[i], True, **extra))
         return docs
 
     def _meta_proposals(
@@ -498,7 +296,7 @@ class IPBTEngine:
                 root = units.get(number)
                 if root is None or root.y is None:
                     continue
-                best = _best_descendant(root, units)
+                best = best_descendant_score(root, units)
                 rows_X += [np.append(root.x, record["n"]), np.append(root.x, record["n"] + 1)]
                 rows_y += [root.y, best]
                 lineages.append((record["n"], best, root))
@@ -552,26 +350,6 @@ def _better(current: int | None, candidate: Unit, units: dict[int, Unit]) -> int
     return min(current, candidate.number, key=lambda n: _rank_key(units[n]))
 
 
-def _best_descendant(root: Unit, units: dict[int, Unit]) -> float:
-    """The best score of any unit whose weights descend from ``root`` (itself included), in
-    ``root``'s iteration."""
-    iteration = root.spec.get("iteration", 0)
-    best = root.y if root.y is not None else math.inf
-    for u in units.values():
-        if u.y is None or u.spec.get("iteration", 0) != iteration:
-            continue
-        current: Unit | None = u
-        seen = 0
-        while current is not None and seen < len(units):
-            if current.number == root.number:
-                best = min(best, u.y)
-                break
-            start = current.spec["start"].get("trial")
-            current = units.get(start) if start is not None else None
-            seen += 1
-    return best
-
-
 def _improvement_rows(
     iteration: int, units: dict[int, Unit], t_step: int
 ) -> tuple[np.ndarray, np.ndarray, tuple[float, float]] | None:
@@ -607,41 +385,28 @@ def _improvement_rows(
 
 def _doc(
     member: int,
-    generation: int,
     iteration: int,
-    from_step: int,
     length: int,
     start: Unit | None,
     reason: str,
     rng: np.random.Generator,
     x: np.ndarray,
     eval_before: bool = False,
-    transform: JSON | None = None,
-    source: str | None = None,
+    **extra: object,
 ) -> JSON:
-    extra: dict[str, object] = {"iteration": iteration, "eval_before": eval_before}
-    if transform is not None:
-        extra["transform"] = transform
-    if source is not None:
-        extra["source"] = source
-    doc = unit_document(
-        member,
-        generation,
-        from_step,
-        from_step + length,
-        start,
-        reason,
-        int(rng.integers(2**31)),
-        **extra,
-    )
-    doc["x"] = [float(v) for v in np.clip(x, 0.0, 1.0)]
-    return doc
+    """A unit of ``iteration`` training ``length`` steps from ``start`` (fresh: from step 0);
+    its generation is set when the plan is complete."""
+    from_step = 0 if start is None else int(start.spec["to_step"])
+    seed = int(rng.integers(2**31))
+    x = np.clip(x, 0.0, 1.0)
+    extra = {"iteration": iteration, "eval_before": eval_before, **extra}
+    return unit_document(member, 0, from_step, from_step + length, start, reason, seed, x, **extra)
 
 
 def _pinned(s: _State, units: dict[int, Unit]) -> list[int]:
     """The checkpoints a unit of the plan loads, the population's, and the best of every
     iteration."""
-    pinned = {int(d["start"]["trial"]) for d in s.plan if d["start"]["kind"] == "checkpoint"}
+    pinned = checkpoint_starts(s.plan)
     pinned |= {n for n in s.slots if n in units and units[n].checkpoint is not None}
     pinned |= set(s.pinned_bests)
     if s.best_of_iteration is not None:

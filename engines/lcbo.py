@@ -49,7 +49,7 @@ import torch
 from scipy.optimize import minimize
 
 from engines import bo
-from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.errors import EngineUnsupported
 from engines.local_gp import (
     LocalGP,
@@ -59,7 +59,13 @@ from engines.local_gp import (
     most_informative,
     warm_start,
 )
-from engines.local_search import SearchState, initial_design, parse_state, perturbation_mask
+from engines.local_search import (
+    SearchState,
+    initial_design,
+    parse_state,
+    perturbation_mask,
+)
+from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream
 
 _STATE_VERSION = 1
@@ -141,28 +147,20 @@ class LCBOEngine(ModelBasedEngine):
     name: ClassVar[str] = "lcbo"
     max_objectives: ClassVar[int | None] = 1
 
-    n_initial: int | None = None
-    local_points: int | None = None
+    n_initial: int | None = int_option(None, 1, 10_000)
+    local_points: int | None = int_option(None, 2, 5_000)
     step: float = 0.1
     penalty: float = 10.0
     max_penalty: float = 1e4
     temperature: float = 0.01
     beta: float = 1.0
-    n_candidates: int | None = None
-    num_restarts: int = 5
-    restart_patience: int | None = None
+    n_candidates: int | None = int_option(None, 1, 100_000)
+    num_restarts: int = int_option(5, 1, 256)
+    restart_patience: int | None = int_option(None, 1, 1_000_000)
     kkt_tol: float = 1e-3
 
     def __post_init__(self) -> None:
-        check_option_ranges(
-            [
-                ("n_initial", self.n_initial, 1, 10_000, True),
-                ("local_points", self.local_points, 2, 5_000, True),
-                ("n_candidates", self.n_candidates, 1, 100_000, True),
-                ("num_restarts", self.num_restarts, 1, 256, False),
-                ("restart_patience", self.restart_patience, 1, 1_000_000, True),
-            ]
-        )
+        check_int_options(self)
         if not 0 < self.step <= 1:
             raise ValueError(f"step must be in (0, 1], got {self.step}")
         if not 0 < self.penalty <= self.max_penalty <= 1e12:
@@ -239,14 +237,7 @@ class LCBOEngine(ModelBasedEngine):
         return st.iterate_row is not None and (st.stall >= patience or converged)
 
     def _restart(self, st: LCBOState, history: History) -> LCBOState:
-        return replace(
-            st,
-            generation=st.generation + 1,
-            region_start=history.n,
-            n_seen=history.n,
-            n_init_given=0,
-            **self._new_search(),
-        )
+        return st.restarted(history, **self._new_search())
 
     def _absorb(self, st: LCBOState, history: History) -> LCBOState:
         """Accept the best row told since the last ask if it beats the iterate; count stalls

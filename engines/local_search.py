@@ -21,7 +21,7 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,6 +30,7 @@ from engines.base import JSON, History, Problem
 from engines.quasirandom import SobolStream, sobol_points
 
 State = TypeVar("State")
+Search = TypeVar("Search", bound="SearchState")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ class SearchState:
         restarted yet."""
         seed = int(rng.integers(2**31))
         return {"version": version, "seed": seed, "index": 0, "generation": 0, "n_seen": 0}
+
+    def restarted(self: Search, history: History, **new: Any) -> Search:
+        """This state after a restart: the next generation, a region that starts at the end of
+        the history (its ``*_start`` field) with nothing seen or handed out yet, and the fields
+        ``new`` the engine starts a region with."""
+        start = next(f.name for f in fields(self) if f.name.endswith("_start"))
+        changes = {start: history.n, "n_seen": history.n, "n_init_given": 0, **new}
+        return replace(self, generation=self.generation + 1, **changes)
 
 
 def parse_state(cls: type[State], state: JSON, history: History, version: int) -> State | None:

@@ -46,8 +46,9 @@ from botorch.exceptions.errors import BotorchError
 from botorch.models import SingleTaskGP
 
 from engines import bo, wasserstein_particles
-from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.metrics import hypervolume, non_dominated
+from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream
 
 _STATE_VERSION = 1
@@ -79,11 +80,10 @@ class MWGDEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "mwgd"
-    max_objectives: ClassVar[int | None] = None
 
-    n_initial: int | None = None
-    n_particles: int | None = None
-    steps: int = 150
+    n_initial: int | None = int_option(None, 1, 10_000)
+    n_particles: int | None = int_option(None, 2, 4_096)
+    steps: int = int_option(150, 0, 10_000)
     eta: float = 0.01
     kernel: Literal["svgd", "blob"] = "svgd"
     accelerated: bool = True
@@ -92,13 +92,7 @@ class MWGDEngine(ModelBasedEngine):
     temperature: float = 0.005
 
     def __post_init__(self) -> None:
-        check_option_ranges(
-            [
-                ("n_initial", self.n_initial, 1, 10_000, True),
-                ("n_particles", self.n_particles, 2, 4_096, True),
-                ("steps", self.steps, 0, 10_000, False),
-            ]
-        )
+        check_int_options(self)
         for label, value, low, high in [
             ("eta", self.eta, 1e-8, 10.0),
             ("kappa", self.kappa, 0.0, 10.0),

@@ -1,44 +1,37 @@
 """The ``pbt`` engine: Population Based Training as a scheduler of training units.
 
-Method [Jaderberg2017]. A population of ``P`` members trains in parallel; each member is a set
-of weights and a hyperparameter vector ``h``. Training is cut into segments of ``interval``
-steps. After each segment a member is ranked by its last score: a member in the bottom quantile
-``q`` *exploits*, copying the weights (checkpoint) of a member drawn uniformly from the top
-quantile, and *explores*, perturbing the copied ``h``; other members continue from their own
-weights with their own ``h``. With ``N`` ranked members the quantiles hold
-``n = min(ceil(q N), floor(N / 2))`` members each (Ray Tune's rule). Explore, per
-hyperparameter [Ray Tune's ``explore``]: with probability ``resample_probability`` draw it
-afresh from its prior (uniform in the study's encoding, so log-uniform for log parameters);
-otherwise multiply a number by ``perturb_down`` or ``perturb_up`` (0.8 / 1.2, each with
-probability 1/2), clipped to its bounds, and move a categorical to an adjacent choice.
+Method [Jaderberg2017] (full description and reasons: docs/engines/pbt.md). A population of
+``P`` members trains in parallel; each member is a set of weights and hyperparameters ``h``.
+Training is cut into segments of ``interval`` steps. After each segment a member is ranked by
+its last score: a member in the bottom quantile *exploits*, copying the weights (checkpoint) of
+a member drawn uniformly from the top quantile, and *explores*, perturbing the copied ``h``;
+other members continue from their own weights with their own ``h``. With ``N`` ranked members
+each quantile holds ``n = min(ceil(q N), floor(N / 2))`` members (Ray Tune's rule). Explore, per
+hyperparameter (Ray Tune's): with probability ``resample_probability`` draw it afresh from its
+prior (uniform in the study's encoding); otherwise multiply a number by ``perturb_down`` or
+``perturb_up`` (0.8 / 1.2, each with probability 1/2), clipped to its bounds, and move a
+categorical to an adjacent choice.
 
-Asynchronous (default, as in the paper and Ray Tune): a member is ranked and given its next
-segment as soon as its own segment is told. Our change: it is ranked against the other members'
-scores at its own step (each one's last completed segment ending at or before it), where Ray
-Tune compares the latest scores, taken at different steps, which ranks whoever trained longest
-on top and the member just told (usually the furthest ahead) never in the bottom; a member that
-exploits still copies the donor's latest checkpoint.
-Synchronous (``synchronous = true``, the paper's appendix A.1): the whole population finishes a
-generation before anyone is ranked; ask answers no unit and a retry hint while a generation is
-still training.
+Asynchronous (default): a member is ranked and given its next segment as soon as its own
+segment is told. Synchronous (``synchronous = true``, the paper's appendix A.1): the whole
+population finishes a generation before anyone is ranked; meanwhile ask answers no unit and a
+retry hint.
 
-Over the ask/tell API (engines/base.py, schedulers): every trial is one unit, a member training
-one segment; its ``unit`` document names the exact checkpoint it starts from (the trial that
-saved it and its reference, never "the member's latest": the weights of an exploit are those the
-parent had when it was ranked, even if the parent has saved newer ones since), the step range
-and why (``initial``, ``continue``, ``exploit``). The engine keeps no population in its state:
-it rebuilds it from the units on every ask (a member's latest unit, its latest completed one);
-the state holds the initial design, the synchronous generation's plan and the checkpoints still
-needed (``pinned``).
+Over the ask/tell API (engines/base.py, schedulers; documents in engines/units.py): every trial
+is one unit, a member training one segment, from the exact checkpoint of one trial (never "the
+member's latest"). The engine rebuilds the population from the units on every ask; the state
+holds the initial design, the synchronous generation's plan and the checkpoints still needed.
 
-Our choices where the paper and Ray are silent. Initial hyperparameters are the first ``P``
-points of a scrambled Sobol sequence (so a small population covers the space; Ray samples
-i.i.d.). A stepped or integer hyperparameter whose perturbed value rounds back to the same level
-moves one level in the factor's direction (Ray's int cast would leave small integers stuck). A
-member whose unit failed (after the service's retries) exploits like a bottom member; with no
-ranked member to copy it starts fresh with new hyperparameters, and a member whose last
-``MAX_FAILURES_IN_A_ROW`` units failed is dropped from the population. The default interval is
-5 % of ``t_max``.
+Our design, where the paper and Ray Tune are silent or differ:
+
+- Asynchronous ranking at the member's own step: each other member scores by its last completed
+  segment ending at or before it (Ray compares the latest scores, taken at different steps).
+- Initial hyperparameters: the first ``P`` points of a scrambled Sobol sequence.
+- A stepped or integer hyperparameter whose perturbed value rounds back to its level moves one
+  level in the factor's direction.
+- A member whose unit failed exploits like a bottom member (with nobody to copy it starts fresh
+  with new hyperparameters); one whose last ``MAX_FAILURES_IN_A_ROW`` units failed is dropped.
+- The default interval is 5 % of ``t_max``.
 
 References:
     [Jaderberg2017] M. Jaderberg et al. Population Based Training of Neural Networks.
@@ -53,15 +46,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from engines.base import (
-    JSON,
-    History,
-    Problem,
-    Proposal,
-    Unit,
-    best_unit,
-    check_option_ranges,
-)
+from engines.base import JSON, History, Problem, Proposal, Unit, UnitScheduler, best_unit
+from engines.options import check_int_options, check_option_ranges, int_option
 from engines.quasirandom import SobolStream
 from engines.space import (
     CategoricalParam,
@@ -72,6 +58,7 @@ from engines.space import (
     ParamValue,
     SearchSpace,
 )
+from engines.units import checkpoint_starts, issued, unit_document, unit_proposal
 
 #: A member whose last units all failed this many times is dropped from the population.
 MAX_FAILURES_IN_A_ROW = 3
@@ -204,57 +191,15 @@ def _perturbed(p: Param, v: ParamValue, factor: float, up: bool) -> ParamValue:
     raise TypeError(f"cannot perturb {p!r}")
 
 
-def unit_proposal(docs: list[JSON], d: int, state: JSON, retry_after: float | None) -> Proposal:
-    """A scheduler's proposal from unit documents that carry their point under ``"x"``."""
-    return Proposal(
-        X=np.array([doc["x"] for doc in docs], dtype=np.float64).reshape(len(docs), d),
-        state=state,
-        details=[{"member": doc["member"], "reason": doc["reason"]} for doc in docs],
-        units=[{k: v for k, v in doc.items() if k != "x"} for doc in docs],
-        retry_after=retry_after,
-    )
-
-
-def unit_document(
-    member: int,
-    generation: int,
-    from_step: int,
-    to_step: int,
-    start: Unit | None,
-    reason: str,
-    seed: int,
-    **extra: object,
-) -> JSON:
-    """The unit document of ``client.models.Unit``: start fresh, or from ``start``'s exact
-    checkpoint."""
-    return {
-        "member": member,
-        "generation": generation,
-        "from_step": from_step,
-        "to_step": to_step,
-        "start": (
-            {"kind": "fresh"}
-            if start is None
-            else {"kind": "checkpoint", "trial": start.number, "checkpoint": start.checkpoint}
-        ),
-        "reason": reason,
-        "seed": seed,
-        **extra,
-    }
-
-
 @dataclass
-class PBTEngine:
+class PBTEngine(UnitScheduler):
     """PBT over ask/tell; see the module docstring. ``t_max`` (training steps per member) is
     required."""
 
     name: ClassVar[str] = "pbt"
-    uses_observations: ClassVar[bool] = True
-    max_objectives: ClassVar[int | None] = 1
-    schedules_units: ClassVar[bool] = True
 
-    t_max: int | None = None
-    population_size: int = 8
+    t_max: int | None = int_option(None, 1, 2**40)
+    population_size: int = int_option(8, 2, 1000)
     #: Steps per unit; default 5 % of ``t_max`` (at least 1).
     interval: int | None = None
     quantile: float = 0.25
@@ -269,13 +214,8 @@ class PBTEngine:
     def __post_init__(self) -> None:
         if self.t_max is None:
             raise ValueError("option t_max (training steps per member) is required")
-        check_option_ranges(
-            [
-                ("t_max", self.t_max, 1, 2**40, False),
-                ("population_size", self.population_size, 2, 1000, False),
-                ("interval", self.interval, 1, self.t_max, True),
-            ]
-        )
+        check_int_options(self)
+        check_option_ranges([("interval", self.interval, 1, self.t_max, True)])
         if not 0.0 < self.quantile <= 0.5:
             raise ValueError(f"quantile must be in (0, 0.5], got {self.quantile}")
         if not 0.0 <= self.resample_probability <= 1.0:
@@ -291,12 +231,7 @@ class PBTEngine:
         self._factors = (self.perturb_down, self.perturb_up)
 
     def suggest(
-        self,
-        problem: Problem,
-        history: History,
-        count: int,
-        state: JSON,
-        rng: np.random.Generator,
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
         initial = _initial_design(state, problem.d, self.population_size, rng)
         members = members_of(history.units, self.population_size)
@@ -365,8 +300,10 @@ class PBTEngine:
                 for m in members
                 if (d := self._next_unit(problem, m, [], [], initial, rng, generation=0))
             ]
-        issued = {(int(u.spec["generation"]), int(u.spec["member"])) for u in history.units}
-        todo = [d for d in plan if d is not None and (d["generation"], d["member"]) not in issued]
+        handed_out = issued(history.units)
+        todo = [
+            d for d in plan if d is not None and (d["generation"], d["member"]) not in handed_out
+        ]
         if todo:
             return todo, False, plan
         if any(m.busy for m in members):
@@ -427,9 +364,7 @@ class PBTEngine:
         assert self.t_max is not None and self.interval is not None
         from_step = 0 if start is None else int(start.spec["to_step"])
         to_step = min(from_step + self.interval, self.t_max)
-        doc = unit_document(member, generation, from_step, to_step, start, reason, seed)
-        doc["x"] = [float(v) for v in x]
-        return doc
+        return unit_document(member, generation, from_step, to_step, start, reason, seed, x)
 
 
 def _initial_design(
@@ -452,7 +387,7 @@ def _pinned(members: list[Member], docs: list[JSON], units: tuple[Unit, ...]) ->
     """Trials whose checkpoints may still be loaded: each member's last completed unit, the
     starts of planned units, and the best unit."""
     pinned = {m.last_completed.number for m in members if m.last_completed is not None}
-    pinned |= {int(d["start"]["trial"]) for d in docs if d["start"]["kind"] == "checkpoint"}
+    pinned |= checkpoint_starts(docs)
     best = best_unit(units)
     if best is not None:
         pinned.add(best.number)

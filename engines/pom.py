@@ -56,8 +56,9 @@ from numpy.random import Generator
 from scipy.stats import qmc
 
 from engines import bo
-from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.metrics import non_dominated
+from engines.options import check_int_options, int_option
 from engines.pareto_matching import batch_score, greedy_batch, pareto_sample_masks
 from engines.quasirandom import SobolStream
 from engines.space import distinct_rows
@@ -92,27 +93,17 @@ class POMEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "pom"
-    max_objectives: ClassVar[int | None] = None
 
-    n_initial: int | None = None
-    n_samples: int | None = None
-    pool_size: int = 2048
+    n_initial: int | None = int_option(None, 1, 10_000)
+    n_samples: int | None = int_option(None, 2, 4_096)
+    pool_size: int = int_option(2048, 16, 100_000)
     lambda_coverage: float = 1.0
-    top_candidates: int = 512
-    num_features: int = 1024
-    refine_points: int = 256
+    top_candidates: int = int_option(512, 1, 100_000)
+    num_features: int = int_option(1024, 16, 16_384)
+    refine_points: int = int_option(256, 0, 16_384)
 
     def __post_init__(self) -> None:
-        check_option_ranges(
-            [
-                ("n_initial", self.n_initial, 1, 10_000, True),
-                ("n_samples", self.n_samples, 2, 4_096, True),
-                ("pool_size", self.pool_size, 16, 100_000, False),
-                ("top_candidates", self.top_candidates, 1, 100_000, False),
-                ("num_features", self.num_features, 16, 16_384, False),
-                ("refine_points", self.refine_points, 0, 16_384, False),
-            ]
-        )
+        check_int_options(self)
         if not (math.isfinite(self.lambda_coverage) and 0 <= self.lambda_coverage <= 100):
             raise ValueError(
                 f"lambda_coverage must be between 0 and 100, got {self.lambda_coverage}"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -34,23 +34,30 @@ MAX_PARAMETERS = 1000
 
 CategoryValue = str | int | float | bool
 ParamValue = CategoryValue
+Number = TypeVar("Number", int, float)
 
 
 @dataclass(frozen=True)
-class FloatParam:
+class _Bounded(Generic[Number]):
+    """The fields a numeric parameter starts with: its bounds, and whether it is searched on a
+    log scale."""
+
     name: str
-    low: float
-    high: float
+    low: Number
+    high: Number
     log: bool = False
+
+
+@dataclass(frozen=True)
+class FloatParam(_Bounded[float]):
+    """A real parameter in ``[low, high]``; with ``step``, on the grid ``low + k step``."""
+
     step: float | None = None
 
 
 @dataclass(frozen=True)
-class IntParam:
-    name: str
-    low: int
-    high: int
-    log: bool = False
+class IntParam(_Bounded[int]):
+    """An integer parameter in ``[low, high]``."""
 
 
 @dataclass(frozen=True)

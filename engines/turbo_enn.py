@@ -49,10 +49,16 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import qmc
 
-from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal, check_option_ranges
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
-from engines.local_search import SearchState, initial_design, parse_state, perturbation_mask
+from engines.local_search import (
+    SearchState,
+    initial_design,
+    parse_state,
+    perturbation_mask,
+)
+from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream, sobol_points
 from engines.space import distinct_rows
 
@@ -120,30 +126,20 @@ class TurboENNEngine(ModelBasedEngine):
     max_objectives: ClassVar[int | None] = 1
 
     noisy: bool = False
-    n_initial: int | None = None
-    k_neighbors: int = 10
-    n_candidates: int | None = None
-    success_tolerance: int = 3
-    failure_tolerance: int | None = None
+    n_initial: int | None = int_option(None, 1, 10_000)
+    k_neighbors: int = int_option(10, 1, 1_000)
+    n_candidates: int | None = int_option(None, 1, 100_000)
+    success_tolerance: int = int_option(3, 1, 1_000)
+    failure_tolerance: int | None = int_option(None, 1, 1_000)
     length_init: float = 0.8
     length_min: float = 0.5**7
     length_max: float = 1.6
-    fit_candidates: int = 30
-    fit_samples: int = 100
+    fit_candidates: int = int_option(30, 1, 10_000)
+    fit_samples: int = int_option(100, 2, 100_000)
     restart_keeps_data: bool = False
 
     def __post_init__(self) -> None:
-        check_option_ranges(
-            [
-                ("n_initial", self.n_initial, 1, 10_000, True),
-                ("k_neighbors", self.k_neighbors, 1, 1_000, False),
-                ("n_candidates", self.n_candidates, 1, 100_000, True),
-                ("success_tolerance", self.success_tolerance, 1, 1_000, False),
-                ("failure_tolerance", self.failure_tolerance, 1, 1_000, True),
-                ("fit_candidates", self.fit_candidates, 1, 10_000, False),
-                ("fit_samples", self.fit_samples, 2, 100_000, False),
-            ]
-        )
+        check_int_options(self)
         if not 0 < self.length_min <= self.length_init <= self.length_max <= 2:
             raise ValueError(
                 "need 0 < length_min <= length_init <= length_max <= 2, got "
@@ -229,14 +225,7 @@ class TurboENNEngine(ModelBasedEngine):
             return replace(
                 tr, generation=tr.generation + 1, length=self.length_init, successes=0, failures=0
             )
-        return replace(
-            tr,
-            generation=tr.generation + 1,
-            tr_start=history.n,
-            n_seen=history.n,
-            n_init_given=0,
-            **self._new_region(),
-        )
+        return tr.restarted(history, **self._new_region())
 
     def _absorb(self, tr: TrustRegion, history: History, d: int) -> TrustRegion:
         """Count the rows told since the last ask as one batch: success, failure, resize."""

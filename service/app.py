@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.models import ProblemCode, ProblemDetail
-from service import dashboard
+from service import dashboard, docs
 from service.db.migrate import check_current, upgrade
 from service.db.session import Database
 from service.errors import PROBLEM, ApiError
@@ -92,7 +92,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Bayesian and black-box optimization over HTTP: ask for trials, tell results.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    docs.install(app)
     app.include_router(health.router)
     app.include_router(studies.router)
     app.include_router(trials.router)

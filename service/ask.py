@@ -62,6 +62,7 @@ _STUDY_COLUMNS = (
     "engine_state",
     "ask_count",
     "next_trial_number",
+    "revision",
 )
 # The hot statements are built once; SQLAlchemy then reuses their compiled form.
 _OPEN_TRIALS = select(
@@ -256,7 +257,9 @@ def _commit(
     if plan.expired:
         expire_leases(ask.store, conn, now, ask.study_id)
         plan = _plan(conn, ask, now)
-    running = _running(ask, now)
+    # At most the revision this transaction commits, above any committed before it: the
+    # trials it hands out take it as their asked_seq (the event stream's order).
+    running = _running(ask, now, row.revision + 1)
     trials = _hand_out(conn, plan.handed, running, now)
     if plan.need == 0:
         bump_revision(conn, ask.study_id, now)
@@ -274,10 +277,15 @@ def _commit(
     return 200, AskResponse(trials=trials)
 
 
-def _running(ask: _Ask, now: datetime) -> dict[str, Any]:
+def _running(ask: _Ask, now: datetime, asked_seq: int) -> dict[str, Any]:
     """The columns of a trial handed out now to the asking worker."""
     lease = lease_until(ask.parsed, ask.req, now)
-    return {"state": "running", "worker_id": ask.req.worker_id, "lease_expires_at": lease}
+    return {
+        "state": "running",
+        "worker_id": ask.req.worker_id,
+        "lease_expires_at": lease,
+        "asked_seq": asked_seq,
+    }
 
 
 def _hand_out(

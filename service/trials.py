@@ -76,6 +76,7 @@ def new_trial(
         "started_at": None,
         "completed_at": None,
         "completed_seq": None,
+        "asked_seq": None,
     }
 
 

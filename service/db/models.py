@@ -110,6 +110,8 @@ class Trial(Base):
         Index("ix_trials_study_state", "study_id", "state"),
         # History in completion order, and the delta since a watermark (service/history.py).
         Index("ix_trials_study_completed_seq", "study_id", "completed_seq"),
+        # The event stream's delta since a position (service/events.py).
+        Index("ix_trials_study_asked_seq", "study_id", "asked_seq"),
         # The reaper's scan: running trials by lease expiry, across studies.
         Index(
             "ix_trials_running_lease",
@@ -144,6 +146,10 @@ class Trial(Base):
     #: transaction bumped it under the study row lock, so it increases in commit order. NULL
     #: for trials not finished, or finished before revision 0003.
     completed_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: When the trial was last handed to a worker by an ask, per study: the study's revision
+    #: read under the ask's row lock, plus one, which is at most the revision the ask commits,
+    #: so it increases in commit order too. NULL for trials never asked (or before 0007).
+    asked_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Measurement(Base):

@@ -1,11 +1,12 @@
-"""/v1/studies: create, list, get, update, delete, best, export, import; for schedulers the best
-member's schedule and the checkpoints."""
+"""/v1/studies: create, list, get, update, delete, best, export, import, the event stream; for
+schedulers the best member's schedule and the checkpoints."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import Query, Response
+from fastapi import Header, Query, Response
+from sse_starlette import EventSourceResponse
 
 from client.models import (
     BestPublic,
@@ -18,7 +19,7 @@ from client.models import (
     StudyPublic,
     StudyUpdate,
 )
-from service import studies, transfer, units
+from service import events, studies, transfer, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -135,4 +136,24 @@ def export_study(
         return Response(transfer.export_csv(store, tenant, study_id), media_type="text/csv")
     return Response(
         transfer.export_study(store, tenant, study_id).model_dump_json(), media_type=JSON
+    )
+
+
+@router.get(
+    "/{study_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: events.OPENAPI_RESPONSE,
+        **problems(*STUDY, ProblemCode.INVALID_CURSOR),
+    },
+)
+def study_events(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=256)] = None,
+) -> EventSourceResponse:
+    position = events.start(store, tenant, study_id, last_event_id)
+    return EventSourceResponse(
+        events.stream(store, tenant, study_id, position), ping=events.KEEP_ALIVE_SECONDS
     )

@@ -104,6 +104,13 @@ def _errors(http):
         ("GET", "/v1/studies/999", {}, "not_found"),
         ("PATCH", "/v1/studies/999", {"json": {}}, "not_found"),
         ("DELETE", "/v1/studies/999", {}, "not_found"),
+        ("GET", "/v1/studies/999/events", {}, "not_found"),
+        (
+            "GET",
+            f"/v1/studies/{sid}/events",
+            {"headers": {"Last-Event-ID": "x"}},
+            "invalid_cursor",
+        ),
         ("GET", f"/v1/studies/{sid}/best/schedule", {}, "not_a_scheduler_study"),
         ("GET", f"/v1/studies/{scheduler}/best/schedule", {}, "no_completed_unit"),
         ("GET", f"/v1/studies/{sid}/checkpoints", {}, "not_a_scheduler_study"),

@@ -9,7 +9,7 @@ import pytest
 
 from engines.base import Problem
 from engines.errors import EngineOptionsError
-from engines.ipbt import copula, smoothed_improvement, too_slow
+from engines.ipbt import too_slow
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
 from tests.engines.test_pbt import run
@@ -37,20 +37,6 @@ def test_too_slow_needs_fifteen_points_and_one_standard_deviation_of_gain():
     plateau = list(-np.linspace(0.1, 0.9, 16)) + [-0.9] * 14
     assert too_slow(plateau)
     assert not too_slow([*plateau[:-1], -1.5])  # a large gain inside the window
-
-
-def test_the_smoothed_detector_sees_noisy_progress_and_a_plateau():
-    rng = np.random.default_rng(0)
-    progress = list(-np.linspace(0, 1, 12) + 0.05 * rng.standard_normal(12))
-    assert smoothed_improvement(progress)
-    worse = list(np.linspace(0, 1, 12))
-    assert not smoothed_improvement(worse)
-
-
-def test_copula_maps_ranks_to_normal_quantiles():
-    z = copula(np.array([10.0, -3.0, 7.0, 0.0]))
-    assert list(np.argsort(z)) == [1, 3, 2, 0]
-    assert z.sum() == pytest.approx(0.0)
 
 
 def _schedule(options: dict, seed: int = 0):

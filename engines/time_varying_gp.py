@@ -1,0 +1,149 @@
+"""Gaussian processes over time for the ``ipbt`` engine (PB2's surrogate [Parker-Holder2020]).
+
+- ``fit_time_varying_gp``: a GP on rows ``(z, t)``, ``z`` in the unit cube and ``t`` a time,
+  with kernel ``k = s^2 Matern52_ARD(z, z') (1 - eps)^{|t - t'| / 2}`` (``TimeKernel``, ``eps``
+  in (0, 1) learned): the closer two rows are in time, the more they share.
+- ``lcb_in_trust_region``: a batch of points minimizing ``LCB = mu - 3 sigma`` over random
+  points of a box around a centre whose sides follow the normalized ARD lengthscales; each
+  chosen point enters the model as a fantasy at its posterior mean (batch diversity, as in PB2).
+- ``copula``: targets standardized by rank (rank to standard normal quantile).
+- ``smoothed_improvement``: whether a GP smoothing of a score curve ends lower than the step
+  before (IPBT's stagnation test).
+
+Fits stop after ``FIT_MAXITER`` L-BFGS iterations (IPBT fits two GPs a generation, and at most
+100 rows the optimum moves little); a fit that fails keeps the initial hyperparameters.
+
+References:
+    [Parker-Holder2020] J. Parker-Holder, V. Nguyen, S. Roberts. Provably Efficient Online
+        Hyperparameter Optimization with Population-Based Bandits. NeurIPS 2020.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from botorch.exceptions.errors import ModelFittingError
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from gpytorch.constraints import Interval
+from gpytorch.kernels import Kernel, MaternKernel, ScaleKernel
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.models import ExactGP
+from scipy.stats import norm
+
+#: Random points of the trust region scored by the LCB.
+N_CANDIDATES = 1024
+LCB_BETA = 3.0
+FIT_MAXITER = 50
+
+
+class TimeKernel(Kernel):
+    """``k(t, t') = (1 - eps)^{|t - t'| / 2}`` on one input column (PB2's time-varying
+    kernel); ``eps`` in (0, 1) is learned."""
+
+    has_lengthscale = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.register_parameter("raw_eps", torch.nn.Parameter(torch.zeros(*self.batch_shape, 1)))
+        self.register_constraint("raw_eps", Interval(1e-4, 0.999))
+
+    @property
+    def eps(self) -> torch.Tensor:
+        return self.raw_eps_constraint.transform(self.raw_eps)
+
+    def forward(
+        self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False, **params: Any
+    ) -> torch.Tensor:
+        if diag:
+            gap = (x1[..., 0] - x2[..., 0]).abs()
+        else:
+            gap = (x1[..., :, None, 0] - x2[..., None, :, 0]).abs()
+        return torch.pow(1.0 - self.eps, gap / 2.0)
+
+
+def copula(y: np.ndarray) -> np.ndarray:
+    """Ranks mapped to standard normal quantiles (ties by order)."""
+    ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
+    return norm.ppf((ranks + 0.5) / len(y))
+
+
+def fit_time_varying_gp(X: np.ndarray, y: np.ndarray) -> SingleTaskGP:
+    """A GP on ``X: (n, k + 1)`` whose last column is time, ``y: (n,)`` already standardized:
+    ``s^2 Matern52_ARD(first k columns) x TimeKernel(last column)``."""
+    k = X.shape[1] - 1
+    covar = ScaleKernel(
+        MaternKernel(nu=2.5, ard_num_dims=k, active_dims=tuple(range(k)))
+        * TimeKernel(active_dims=(k,))
+    )
+    train_X = torch.as_tensor(X, dtype=torch.float64)
+    train_Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
+    with warnings.catch_warnings():
+        # Time is not in [0, 1] and y is standardized by the caller: no transforms, so that
+        # fantasies (lcb_in_trust_region) are on the scale of the targets.
+        warnings.simplefilter("ignore")
+        model = SingleTaskGP(train_X, train_Y, covar_module=covar, outcome_transform=None)
+        _fit(model)
+    return model
+
+
+def _fit(model: SingleTaskGP) -> None:
+    """Maximum marginal likelihood (at most ``FIT_MAXITER`` L-BFGS iterations: a generation
+    fits two GPs, and the optimum moves little at this size); if the fit fails, the initial
+    hyperparameters stay (a usable, if blunt, model)."""
+    with contextlib.suppress(ModelFittingError):
+        fit_gpytorch_mll(
+            ExactMarginalLogLikelihood(model.likelihood, model),
+            optimizer_kwargs={"options": {"maxiter": FIT_MAXITER}},
+        )
+
+
+def lcb_in_trust_region(
+    model: SingleTaskGP,
+    center: np.ndarray,
+    fixed: np.ndarray,
+    length: float,
+    count: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``count`` points ``h`` in [0, 1]^d minimizing ``mu - 3 sigma`` at ``(h, fixed)`` over
+    random points of the trust region around ``center``; each chosen point enters the model as
+    a fantasy at its posterior mean before the next is chosen. Returns ``(count, d)``."""
+    d = len(center)
+    kernel = model.covar_module.base_kernel.kernels[0]
+    ls = kernel.lengthscale.detach().numpy().ravel()[:d]
+    weights = ls / np.exp(np.mean(np.log(ls)))
+    half = np.clip(weights * length / 2.0, 0.0, 0.5)
+    lower, upper = np.clip(center - half, 0.0, 1.0), np.clip(center + half, 0.0, 1.0)
+    chosen = []
+    for _ in range(count):
+        H = lower + (upper - lower) * rng.random((N_CANDIDATES, d))
+        Z = torch.as_tensor(np.hstack([H, np.tile(fixed, (N_CANDIDATES, 1))]))
+        with torch.no_grad():
+            posterior = model.posterior(Z)
+            mean = posterior.mean.squeeze(-1)
+            lcb = mean - LCB_BETA * posterior.variance.clamp_min(1e-12).sqrt().squeeze(-1)
+        best = int(torch.argmin(lcb))
+        chosen.append(H[best])
+        fantasy_X = torch.cat([model.train_inputs[0], Z[best : best + 1]])
+        fantasy_Y = torch.cat([model.train_targets, mean[best : best + 1]])
+        ExactGP.set_train_data(model, fantasy_X, fantasy_Y, strict=False)
+    return np.array(chosen)
+
+
+def smoothed_improvement(best: list[float]) -> bool:
+    """Whether a GP smoothing of ``best`` (lower is better) ends lower than the step before."""
+    z = np.asarray(best, dtype=np.float64)
+    z = (z - z.mean()) / (z.std() or 1.0)
+    X = torch.linspace(0, 1, len(z), dtype=torch.float64).unsqueeze(-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = SingleTaskGP(X, torch.as_tensor(z).unsqueeze(-1), outcome_transform=None)
+        _fit(model)
+    with torch.no_grad():
+        mean = model.posterior(X[-2:]).mean.squeeze(-1)
+    return bool(mean[1] < mean[0])
