@@ -19,30 +19,51 @@ export async function getJson(path, query = {}) {
   return body;
 }
 
-// Calls onChange(study) now and whenever the study changes (its revision moves); after an
-// error (onError), the next successful poll calls onChange again.
-// Today it polls every second; when GET /v1/studies/{id}/events (server-sent events) exists,
-// only this function changes. Returns a function that stops the subscription.
+// The kinds of event of GET /v1/studies/{id}/events (server-sent events).
+const STUDY_EVENTS = ["trial_asked", "trial_told", "trial_failed", "study_state"];
+// Changes that send no event (an enqueued point, new metadata) and retries after an error.
+const FALLBACK_POLL_MS = 5000;
+
+// Calls onChange(study) now and whenever the study changes (its revision moves): at once on
+// each event of the study's event stream, and at least every few seconds. Refreshes never
+// overlap: events during one are answered by one more. After an error (onError), the next
+// refresh calls onChange again. Returns a function that stops the subscription.
 export function subscribe(studyId, onChange, onError = console.warn) {
   let revision = null;
   let stopped = false;
-  let timer = null;
-  async function poll() {
-    try {
-      const study = await getJson(`/v1/studies/${studyId}`);
-      if (!stopped && study.revision !== revision) {
-        revision = study.revision;
-        await onChange(study);
-      }
-    } catch (error) {
-      revision = null;
-      onError(error);
+  let running = false;
+  let pending = false;
+
+  async function refresh() {
+    if (running) {
+      pending = true;
+      return;
     }
-    if (!stopped) timer = setTimeout(poll, 1000);
+    running = true;
+    do {
+      pending = false;
+      try {
+        const study = await getJson(`/v1/studies/${studyId}`);
+        if (!stopped && study.revision !== revision) {
+          revision = study.revision;
+          await onChange(study);
+        }
+      } catch (error) {
+        revision = null;
+        onError(error);
+      }
+    } while (pending && !stopped);
+    running = false;
   }
-  poll();
+
+  // EventSource reconnects by itself, resuming with Last-Event-ID.
+  const events = new EventSource(`/v1/studies/${studyId}/events`);
+  for (const kind of STUDY_EVENTS) events.addEventListener(kind, refresh);
+  const timer = setInterval(refresh, FALLBACK_POLL_MS);
+  refresh();
   return () => {
     stopped = true;
-    clearTimeout(timer);
+    events.close();
+    clearInterval(timer);
   };
 }
