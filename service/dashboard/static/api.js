@@ -23,11 +23,14 @@ export async function getJson(path, query = {}) {
 const STUDY_EVENTS = ["trial_asked", "trial_told", "trial_failed", "study_state"];
 // Changes that send no event (an enqueued point, new metadata) and retries after an error.
 const FALLBACK_POLL_MS = 5000;
+// A busy study sends events without pause: at most two refreshes a second.
+const MIN_REFRESH_MS = 500;
 
 // Calls onChange(study) now and whenever the study changes (its revision moves): at once on
 // each event of the study's event stream, and at least every few seconds. Refreshes never
-// overlap: events during one are answered by one more. After an error (onError), the next
-// refresh calls onChange again. Returns a function that stops the subscription.
+// overlap: events during one are answered by one more, half a second after it began. After
+// an error (onError), the next refresh calls onChange again. Returns a function that stops
+// the subscription.
 export function subscribe(studyId, onChange, onError = console.warn) {
   let revision = null;
   let stopped = false;
@@ -40,7 +43,11 @@ export function subscribe(studyId, onChange, onError = console.warn) {
       return;
     }
     running = true;
+    let started = 0;
     do {
+      const wait = started + MIN_REFRESH_MS - Date.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      started = Date.now();
       pending = false;
       try {
         const study = await getJson(`/v1/studies/${studyId}`);
