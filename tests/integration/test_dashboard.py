@@ -136,6 +136,29 @@ def test_a_tell_appears_on_the_open_study_page_within_2_s(server, api, watched):
     watched.assert_clean()
 
 
+def test_a_burst_of_tells_shows_within_2_s_redrawing_at_most_twice_a_second(server, api, watched):
+    sid = _study(api, "burst")
+    _completed(api, sid, 1.0, 5.0)
+    _open_study(watched, server, sid)
+
+    def redraws() -> int:
+        return sum(path.startswith(f"/v1/studies/{sid}/history") for *_, path, _ in server.access())
+
+    before, started = redraws(), time.monotonic()
+    for _ in range(40):
+        number = _asked(api, sid)
+        r = api.post(f"/v1/studies/{sid}/trials/{number}/tell", json={"values": {"value": 1.0}})
+        assert r.status_code == 200, r.text
+        time.sleep(0.04)  # a burst over about two seconds: several redraws during it
+    told = time.monotonic()
+    watched.page.wait_for_function(
+        "document.getElementById('history').dataset.points === '41'", timeout=2000
+    )
+    assert time.monotonic() - told < 2.0
+    assert redraws() - before <= 2 * (time.monotonic() - started) + 2
+    watched.assert_clean()
+
+
 def _column(page, index: int) -> list[str]:
     return page.locator(f"#trials tbody tr td:nth-child({index})").all_inner_texts()
 
