@@ -4,6 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PIP_FLAGS ?= -q
+# The dashboard's browser tests drive Debian's chromium package (Playwright, from the [dev]
+# extra, never downloads its own browsers here).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install serve test lint bench
 
@@ -14,7 +18,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[server,dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "error: $(CHROMIUM) is missing and there is no apt-get: install Chromium so that $(CHROMIUM) exists" >&2; exit 1; }
+	$(SUDO) apt-get install -y chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; } || { echo "error: apt-get could not install chromium, which the dashboard tests need at $(CHROMIUM)" >&2; exit 1; }
+	@test -x $(CHROMIUM) || { echo "error: chromium is installed but $(CHROMIUM) is not there" >&2; exit 1; }
+
+install: $(STAMP) $(CHROMIUM)
 
 serve: install
 	$(VENV)/bin/asktell serve

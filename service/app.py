@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.models import ProblemCode, ProblemDetail
-from service import docs
+from service import dashboard, docs
 from service.db.migrate import check_current, upgrade
 from service.db.session import Database
 from service.errors import PROBLEM, ApiError
@@ -100,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(studies.router)
     app.include_router(trials.router)
     app.include_router(samplers.router)
+    app.include_router(dashboard.router)
     _install_errors(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -202,23 +202,27 @@ def _best_trials(
     """The best feasible trial or the feasible non-dominated set, and their unit-cube points
     ``(n, d)``."""
     # Rank on the values alone; only the winners are read whole.
-    scored = conn.execute(
-        select(trials_t.c.id, trials_t.c["values"])
-        .where(
-            trials_t.c.study_id == study_id,
-            trials_t.c.state == "completed",
-            trials_t.c.feasible.is_(True),
-        )
-        .order_by(trials_t.c.number)
-    ).all()
+    feasible = select(trials_t.c.id).where(
+        trials_t.c.study_id == study_id,
+        trials_t.c.state == "completed",
+        trials_t.c.feasible.is_(True),
+    )
     d = parsed.problem.d
-    if not scored:
-        return [], np.zeros((0, d))
-    Y = np.array([[r.values[n] for n in parsed.objective_names] for r in scored]) * parsed.signs
     if len(parsed.objective_names) == 1:
-        ids = [scored[int(np.argmin(Y[:, 0]))].id]
+        # In SQL, so that a study read (every second by the dashboard) does not decode every
+        # trial's values: the best value, the first by number on a tie.
+        value = trials_t.c["values"][parsed.objective_names[0]].as_float()
+        best_first = value.asc() if parsed.signs[0] > 0 else value.desc()
+        ids = list(conn.scalars(feasible.order_by(best_first, trials_t.c.number).limit(1)))
     else:
-        ids = [r.id for r, keep in zip(scored, non_dominated(Y), strict=True) if keep]
+        scored = conn.execute(
+            feasible.add_columns(trials_t.c["values"]).order_by(trials_t.c.number)
+        ).all()
+        Y = np.array([[r.values[n] for n in parsed.objective_names] for r in scored])
+        keep = non_dominated(Y.reshape(len(scored), len(parsed.signs)) * parsed.signs)
+        ids = [r.id for r, kept in zip(scored, keep, strict=True) if kept]
+    if not ids:
+        return [], np.zeros((0, d))
     rows = conn.execute(
         select(trials_t).where(trials_t.c.id.in_(ids)).order_by(trials_t.c.number)
     ).all()

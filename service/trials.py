@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql.elements import ColumnElement
 
 from client.models import (
     HeartbeatRequest,
@@ -316,27 +318,81 @@ def enqueue(
     return store.write(tenant_id, idem, fn)
 
 
+@dataclass(frozen=True)
+class TrialsOrder:
+    """Which page of the trial list: its order (``sort``), where it starts and its size."""
+
+    sort: str = "number"
+    descending: bool = False
+    cursor: int | None = None
+    offset: int = 0
+    limit: int = 100
+
+
+#: Orders of the trial list besides ``values.NAME`` and ``params.NAME``.
+TRIAL_SORTS = ("number", "state", "created_at", "completed_at")
+
+
 def list_trials(
     store: Store,
     tenant_id: int,
     study_id: int,
     states: Sequence[str] | None,
-    after: int | None,
-    limit: int,
+    page: TrialsOrder,
 ) -> TrialsPage:
+    """A page of trials. In number order the cursor is the last number served (a page stays
+    right while trials are added); in any other order it is the offset of the next page."""
+
     def fn(conn: Connection) -> TrialsPage:
         find_study(conn, tenant_id, study_id)
+        key = _sort_key(store.parsed_study(conn, study_id), page.sort)
         query = select(trials_t).where(trials_t.c.study_id == study_id)
         if states:
             query = query.where(trials_t.c.state.in_(states))
-        if after is not None:
-            query = query.where(trials_t.c.number > after)
-        rows = conn.execute(query.order_by(trials_t.c.number).limit(limit + 1)).all()
-        data = [trial_public(r) for r in rows[:limit]]
-        next_cursor = str(data[-1].number) if len(rows) > limit else None
+        by_number = page.sort == "number"
+        offset = page.offset
+        if by_number and page.cursor is not None:
+            after = (
+                trials_t.c.number < page.cursor
+                if page.descending
+                else trials_t.c.number > page.cursor
+            )
+            query = query.where(after)
+        elif page.cursor is not None:
+            offset += page.cursor
+        ordered = key.desc() if page.descending else key.asc()
+        rows = conn.execute(
+            query.order_by(ordered.nulls_last(), trials_t.c.number)
+            .offset(offset)
+            .limit(page.limit + 1)
+        ).all()
+        data = [trial_public(r) for r in rows[: page.limit]]
+        next_cursor = None
+        if len(rows) > page.limit:
+            next_cursor = str(data[-1].number if by_number else offset + page.limit)
         return TrialsPage(data=data, next_cursor=next_cursor)
 
     return store.db.read(fn)
+
+
+def _sort_key(parsed: ParsedStudy, sort: str) -> ColumnElement[Any]:
+    """The SQL expression of a trial order: a column, or a value or parameter read from the
+    JSON columns as a number (as text for categorical and fixed parameters)."""
+    if sort in TRIAL_SORTS:
+        return trials_t.c[sort]
+    kind, _, name = sort.partition(".")
+    if kind == "values" and name in parsed.objective_names:
+        return trials_t.c["values"][name].as_float()
+    numeric = {p.name: p.type in ("float", "int") for p in parsed.config.parameters}
+    if kind == "params" and name in numeric:
+        field = trials_t.c.params[name]
+        return field.as_float() if numeric[name] else field.as_string()
+    raise ApiError(
+        ProblemCode.VALIDATION_ERROR,
+        f"sort: {sort!r} is not one of {list(TRIAL_SORTS)}, values.OBJECTIVE or params.NAME "
+        "of this study",
+        errors=[{"field": "sort", "message": f"unknown sort {sort!r}"}],
+    )
 
 
 def _trial(conn: Connection, tenant_id: int, study_id: int, number: int) -> Row:

@@ -3,7 +3,7 @@ lineage of a scheduler's unit."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Query, Response
 
@@ -15,6 +15,7 @@ from client.models import (
     MeasurementPublic,
     ProblemCode,
     ReportRequest,
+    StudyHistory,
     TellRequest,
     TrialCreate,
     TrialPublic,
@@ -22,7 +23,7 @@ from client.models import (
     TrialState,
 )
 from service import ask as asking
-from service import leases, trials, units
+from service import leases, progress, trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -79,10 +80,36 @@ def list_trials(
     store: StoreDep,
     tenant: TenantDep,
     state: Annotated[list[TrialState] | None, Query()] = None,
-    cursor: str | None = None,
+    sort: Annotated[
+        str,
+        Query(
+            max_length=300,
+            description=f"One of {', '.join(trials.TRIAL_SORTS)}, `values.OBJECTIVE` or "
+            "`params.NAME` (numeric for numeric parameters); trials without that value come "
+            "last, ties in number order.",
+        ),
+    ] = "number",
+    order: Literal["asc", "desc"] = "asc",
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="Trials to skip.")] = 0,
+    cursor: Annotated[
+        str | None, Query(description="The `next_cursor` of the previous page, same order.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TrialsPage:
-    return trials.list_trials(store, tenant, study_id, state, cursor_int(cursor), limit)
+    page = trials.TrialsOrder(sort, order == "desc", cursor_int(cursor), offset, limit)
+    return trials.list_trials(store, tenant, study_id, state, page)
+
+
+@router.get("/history", response_model=StudyHistory, responses=problems(*STUDY))
+def history(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    max_points: Annotated[int, Query(ge=10, le=10_000)] = 2000,
+) -> StudyHistory:
+    """The finished trials' values and each objective's best-so-far curve, for a chart: at
+    most ``max_points`` trials (downsampled on the server) and steps per curve."""
+    return progress.study_history(store, tenant, study_id, max_points)
 
 
 @router.get("/trials/{number}", response_model=TrialPublic, responses=problems(*TRIAL))

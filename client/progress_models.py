@@ -1,0 +1,29 @@
+"""The wire models of a study's history for charts (``GET /v1/studies/{id}/history``);
+``client.models`` re-exports them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from client._wire import TrialState
+
+
+class HistoryPoint(BaseModel):
+    number: int
+    state: TrialState
+    values: dict[str, float] | None = None
+
+
+class StudyHistory(BaseModel):
+    """A study's finished trials in number order, for a chart: all of them, or at most the
+    asked number when ``downsampled`` (per stretch of trials, the lowest and highest value of
+    each objective and the first trial that did not complete)."""
+
+    objectives: list[str]
+    #: Finished trials (completed, failed, infeasible) in the study.
+    finished: int
+    downsampled: bool
+    points: list[HistoryPoint]
+    #: Per objective, the best-so-far curve as ``[trial number, value]`` where it improves,
+    #: over the completed feasible trials.
+    best: dict[str, list[tuple[int, float]]]

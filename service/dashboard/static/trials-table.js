@@ -1,0 +1,98 @@
+// The trial table: one page at a time from GET /v1/studies/{id}/trials, sorted and paged on the
+// server (numeric sorting on values and numeric parameters), so it stays fast on large studies.
+import { getJson } from "./api.js";
+import { ago, el, number } from "./format.js";
+
+const PAGE_SIZE = 50;
+
+export class TrialsTable {
+  constructor(studyId, table, pager) {
+    this.studyId = studyId;
+    this.table = table;
+    this.pager = pager;
+    this.sort = "number";
+    this.order = "desc"; // the newest trials first
+    this.offset = 0;
+    this.total = 0;
+    this.study = null;
+    pager.previous.addEventListener("click", () => this.turn(-PAGE_SIZE));
+    pager.next.addEventListener("click", () => this.turn(PAGE_SIZE));
+  }
+
+  columns() {
+    const study = this.study;
+    return [
+      { key: "number", label: "#", cell: (t) => t.number, numeric: true },
+      { key: "state", label: "State", cell: (t) => t.state },
+      ...study.objectives.map((o) => ({
+        key: `values.${o.name}`,
+        label: `${o.name} (${o.goal === "maximize" ? "max" : "min"})`,
+        cell: (t) => (t.values ? number(t.values[o.name]) : ""),
+        numeric: true,
+      })),
+      ...study.parameters.map((p) => ({
+        key: `params.${p.name}`,
+        label: p.name,
+        cell: (t) => number(t.params[p.name]),
+        numeric: p.type === "float" || p.type === "int",
+      })),
+      { key: "worker", label: "Worker", cell: (t) => t.worker_id || "" },
+      { key: "completed_at", label: "Finished", cell: (t) => ago(t.completed_at) },
+    ];
+  }
+
+  // Shows the page at the current offset of `study`'s trials (again after every change).
+  async show(study) {
+    this.study = study;
+    this.total = Object.values(study.trial_counts).reduce((a, b) => a + b, 0);
+    // A live update and a click may overlap: only the latest request draws.
+    const request = (this.request = (this.request || 0) + 1);
+    const page = await getJson(`/v1/studies/${this.studyId}/trials`, {
+      sort: this.sort,
+      order: this.order,
+      offset: this.offset,
+      limit: PAGE_SIZE,
+    });
+    if (request !== this.request) return;
+    const columns = this.columns();
+    this.table.tHead.replaceChildren(el("tr", {}, columns.map((c) => this.header(c))));
+    this.table.tBodies[0].replaceChildren(
+      ...page.data.map((trial) =>
+        el(
+          "tr",
+          { "data-number": trial.number, "data-state": trial.state },
+          columns.map((c) =>
+            el("td", { class: c.numeric ? "num" : c.key === "state" ? `state-${trial.state}` : "" }, c.cell(trial)),
+          ),
+        ),
+      ),
+    );
+    const last = this.offset + page.data.length;
+    this.pager.info.textContent = this.total
+      ? `trials ${this.offset + 1}-${last} of ${this.total}`
+      : "no trials yet";
+    this.pager.previous.disabled = this.offset === 0;
+    this.pager.next.disabled = page.next_cursor === null;
+  }
+
+  header(column) {
+    const sortable = column.key !== "worker";
+    const classes = [sortable ? "sortable" : ""];
+    if (column.key === this.sort) classes.push(`sorted-${this.order}`);
+    const attributes = { class: classes.join(" "), "data-key": column.key };
+    if (sortable) attributes.onclick = () => this.sortBy(column.key);
+    return el("th", attributes, column.label);
+  }
+
+  sortBy(key) {
+    this.order = key === this.sort && this.order === "asc" ? "desc" : "asc";
+    this.sort = key;
+    this.offset = 0;
+    return this.show(this.study);
+  }
+
+  turn(by) {
+    this.offset = Math.max(0, this.offset + by);
+    return this.show(this.study);
+  }
+}

@@ -1,0 +1,72 @@
+"""Chromium driven by Playwright for the dashboard tests: Debian's ``chromium`` package,
+launched by its path (``make install`` installs it; Playwright's own browser downloads are not
+used), and a page that records every console error, uncaught exception and failed request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: Screenshots of every page the tests open (gitignored).
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+
+
+@dataclass
+class WatchedPage:
+    """A browser page and what went wrong on it."""
+
+    page: object
+    problems: list[str] = field(default_factory=list)
+
+    def assert_clean(self) -> None:
+        assert not self.problems, "the page reported problems:\n" + "\n".join(self.problems)
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+        return path
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the playwright package is missing: run `make install` (the [dev] extra)")
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make install` (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def watched(browser: object) -> Iterator[WatchedPage]:
+    """A fresh page (1280x900) recording console errors, page errors and failed requests."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    page = context.new_page()
+    watched = WatchedPage(page)
+    page.on(
+        "console",
+        lambda m: (
+            m.type == "error"
+            and watched.problems.append(f"console: {m.text} at {m.location.get('url')}")
+        ),
+    )
+    page.on("pageerror", lambda e: watched.problems.append(f"page error: {e}"))
+    page.on(
+        "requestfailed",
+        lambda r: watched.problems.append(f"request failed: {r.method} {r.url} {r.failure}"),
+    )
+    page.on(
+        "response",
+        lambda r: r.status >= 400 and watched.problems.append(f"HTTP {r.status}: {r.url}"),
+    )
+    yield watched
+    context.close()
