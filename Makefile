@@ -25,16 +25,17 @@ $(CHROMIUM):
 
 install: $(STAMP) $(CHROMIUM)
 
-serve: install
+# The server needs no browser: only the tests install Chromium.
+serve: $(STAMP)
 	$(VENV)/bin/asktell serve
 
-lint: install
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint $(CHROMIUM)
 	$(PY) -m pytest
 
-bench: install
+bench: $(STAMP)
 	$(PY) -m bench.service_throughput
