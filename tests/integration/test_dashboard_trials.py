@@ -192,3 +192,41 @@ def test_the_csv_download_follows_the_table_sort(server, api, watched):
     assert [r[0] for r in rows[1:]] == ["1", "2", "0"]  # by value, ascending
     assert rows[1] == ["1", "completed", "1", "1", "relu", "1", ""]
     watched.assert_clean()
+
+
+def test_a_units_page_shows_its_lineage(server, api, watched):
+    r = api.post(
+        "/v1/studies",
+        json={
+            "name": "pbt",
+            "parameters": [{"type": "float", "name": "lr", "low": 0.001, "high": 1.0}],
+            "objectives": [{"name": "accuracy", "goal": "maximize"}],
+            "engine": {
+                "name": "pbt",
+                "options": {"t_max": 30, "population_size": 2, "interval": 10},
+            },
+        },
+    )
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    r = api.post(f"/v1/studies/{sid}/ask", json={"count": 2, "worker_id": "w0"})
+    assert r.status_code == 200, r.text
+    for trial in r.json()["trials"]:  # the first generation, both members trained
+        number = trial["number"]
+        body = {"values": {"accuracy": 0.1 + number}, "checkpoint": f"ckpt-{number}"}
+        r = api.post(f"/v1/studies/{sid}/trials/{number}/tell", json=body)
+        assert r.status_code == 200, r.text
+    second = _asked(api, sid, worker="w1")  # a unit that starts from a saved checkpoint
+    lineage = api.get(f"/v1/studies/{sid}/trials/{second}/lineage").json()["segments"]
+    first = lineage[0]["trial"]
+    assert [s["trial"] for s in lineage] == [first, second]
+    _open(watched, f"{server.url}/dashboard/studies/{sid}/trials/{second}")
+    page = watched.page
+    page.wait_for_selector("#lineage-section:not([hidden])")
+    rows = page.locator("#lineage tbody tr")
+    assert rows.evaluate_all("rows => rows.map(r => Number(r.dataset.number))") == [first, second]
+    assert page.locator(f"#lineage tr[data-number='{first}'] td:nth-child(7)").inner_text() == (
+        f"ckpt-{first}"
+    )
+    watched.screenshot("trial-lineage")
+    watched.assert_clean()
