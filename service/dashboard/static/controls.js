@@ -1,7 +1,8 @@
 // The study page's controls, each one call of the public API: pause, resume or complete the
 // study (PATCH /v1/studies/{id} with its state) and enqueue a point (POST .../trials).
 import { el } from "./format.js";
-import { reporting, sendJson } from "./send.js";
+import { sendJson } from "./api.js";
+import { reporting } from "./inline-error.js";
 
 // The state a button sets, and whether it asks first.
 const STATE_BUTTONS = [

@@ -1,9 +1,9 @@
 // The running trials panel: GET /v1/studies/{id}/trials?state=running, each trial's worker,
 // lease, retries and latest intermediate value (its last measurement), and a button that
 // fails it (POST .../tell with state failed) after a confirmation.
-import { getJson } from "./api.js";
+import { getJson, sendJson } from "./api.js";
 import { ago, el, number } from "./format.js";
-import { reporting, sendJson } from "./send.js";
+import { reporting } from "./inline-error.js";
 
 // The panel shows the first of a study's running trials; the trial table has them all.
 const PANEL_SIZE = 20;
