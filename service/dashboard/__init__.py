@@ -15,7 +15,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.errors import unavailable
-from service.routers.common import StudyId
+from service.routers.common import StudyId, TrialNumber
 
 STATIC = Path(__file__).parent / "static"
 JAVASCRIPT = "text/javascript"
@@ -34,6 +34,12 @@ def study_page(study_id: StudyId) -> FileResponse:
     # The page reads the study id from its own URL; the id is checked here only so a
     # malformed URL is a 422 rather than an empty page.
     return FileResponse(STATIC / "study.html")
+
+
+@router.get("/dashboard/studies/{study_id}/trials/{number}")
+def trial_page(study_id: StudyId, number: TrialNumber) -> FileResponse:
+    # Like the study page, the trial page reads its ids from its own URL.
+    return FileResponse(STATIC / "trial.html")
 
 
 @router.get("/dashboard/plotly.min.js")

@@ -7,7 +7,9 @@ import pytest
 from service.dashboard import STATIC
 
 
-@pytest.mark.parametrize("path", ["/dashboard", "/dashboard/studies/7"])
+@pytest.mark.parametrize(
+    "path", ["/dashboard", "/dashboard/studies/7", "/dashboard/studies/7/trials/3"]
+)
 def test_the_pages_are_html_whose_scripts_and_styles_are_served_here(http, path):
     r = http.get(path)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")

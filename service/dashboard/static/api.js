@@ -74,3 +74,15 @@ export function subscribe(studyId, onChange, onError = console.warn) {
     clearInterval(timer);
   };
 }
+
+// The dashboard's writes (its controls): the same public API calls as any worker's.
+export async function sendJson(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify(body),
+  });
+  const answer = await response.json().catch(() => null);
+  if (!response.ok) throw new ApiError(response.status, answer);
+  return answer;
+}

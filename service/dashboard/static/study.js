@@ -4,12 +4,25 @@ import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
 import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
+import { StudyControls } from "./controls.js";
+import { RunningPanel } from "./running.js";
+import { downloadCsv } from "./trials-csv.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
   studyId,
   document.getElementById("trials"),
   pager(document.getElementById("pager")),
+);
+
+const controls = new StudyControls(studyId, document.getElementById("controls"));
+const running = new RunningPanel(
+  studyId,
+  document.getElementById("running"),
+  document.getElementById("running-error"),
+);
+document.getElementById("download-csv").addEventListener("click", () =>
+  downloadCsv(table.study, table.sort, table.order).catch(showError),
 );
 
 function fact(label, ...value) {
@@ -47,7 +60,8 @@ subscribe(
   studyId,
   async (study) => {
     showFacts(study);
-    await Promise.all([showHistory(), table.show(study)]);
+    controls.show(study);
+    await Promise.all([showHistory(), table.show(study), running.show()]);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();

@@ -22,7 +22,7 @@ export class TrialsTable {
   columns() {
     const study = this.study;
     return [
-      { key: "number", label: "#", cell: (t) => t.number, numeric: true },
+      { key: "number", label: "#", cell: (t) => this.trialLink(t), numeric: true },
       { key: "state", label: "State", cell: (t) => t.state },
       ...study.objectives.map((o) => ({
         key: `values.${o.name}`,
@@ -73,6 +73,10 @@ export class TrialsTable {
       : "no trials yet";
     this.pager.previous.disabled = this.offset === 0;
     this.pager.next.disabled = page.next_cursor === null;
+  }
+
+  trialLink(trial) {
+    return el("a", { href: `/dashboard/studies/${this.studyId}/trials/${trial.number}` }, trial.number);
   }
 
   header(column) {
