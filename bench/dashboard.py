@@ -13,7 +13,7 @@ Each (dashboard, size) gets a fresh server process; its study page is opened 1 +
 times in Debian's Chromium (Playwright, a fresh browser context each time: nothing cached).
 The first visit finds the server cold and is reported apart; the figures are the medians of
 the others. bench/dashboard_browser.py says what paint, load and response size mean. The
-databases live in /dev/shm when it exists (Optuna's storage API takes about 4 ms a trial).
+databases live in /dev/shm when it exists (Optuna's storage API takes 4-6 ms a trial).
 
     .venv/bin/python -m bench.dashboard            # 1k, 10k and 50k trials
     .venv/bin/python -m bench.dashboard --quick    # 1k and 10k
