@@ -18,15 +18,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
-    """Until ``base``/healthz answers 200; raises (with the server's log) when the process
+def wait_healthy(
+    proc: subprocess.Popen[bytes], base: str, log_path: Path, path: str = "/healthz"
+) -> None:
+    """Until ``base`` + ``path`` answers 200; raises (with the server's log) when the process
     exits first or after 60 s."""
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
         with suppress(httpx.HTTPError):
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"{base}{path}", timeout=2).status_code == 200:
                 return
         if time.monotonic() > deadline:
             raise RuntimeError(f"server not healthy after 60 s:\n{log_path.read_text()}")
