@@ -25,6 +25,9 @@ points are unit-cube coordinates (``X: (n, d)`` in [0, 1]), the encoding of ``en
   known ones, so it falls as the set is covered densely.
 - ``non_dominated_share(Y_batch, Y_observed)``: the share of a batch's rows that are
   non-dominated among the observed rows and the batch together (a batch-quality figure).
+- ``front_lifetimes(Y)``: for rows arriving in order, when each joins and leaves the
+  non-dominated set of the rows so far, so the front after any prefix is read without
+  recomputing it (a hypervolume-over-time curve).
 
 References:
     [While2006hso] L. While, P. Hingston, L. Barone, S. Huband. A faster algorithm for
@@ -41,6 +44,8 @@ import numpy as np
 
 #: Elements of the ``(rows, n, d)`` difference block of a distance computation (~16 MB).
 _BLOCK_ELEMENTS = 2_000_000
+#: Rows tested against the front at once by ``front_lifetimes``.
+_ARRIVAL_BLOCK = 1024
 
 
 def non_dominated(Y: np.ndarray) -> np.ndarray:
@@ -156,6 +161,48 @@ def non_dominated_share(Y_batch: np.ndarray, Y_observed: np.ndarray) -> float:
     _check_widths(Y_observed, Y_batch, "Y_observed", "Y_batch")
     mask = non_dominated(np.vstack([Y_observed, Y_batch]))
     return float(mask[len(Y_observed) :].mean())
+
+
+def front_lifetimes(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``Y: (n, m)`` arriving in order: ``(joined, left)``, the rows that were ever
+    non-dominated among the rows before them (indices, increasing) and, for each, the index of
+    the row that dominated it (``n`` while it is still on the front). The front of the first
+    ``k`` rows is ``joined[(joined < k) & (left >= k)]``, the same set as
+    ``non_dominated(Y[:k])``."""
+    Y = _as_2d(Y, "Y")
+    n = len(Y)
+    joined: list[int] = []
+    left: list[int] = []
+    alive: list[int] = []  # positions in ``joined`` of the current front
+    # Most rows of a long study are dominated by the front at their arrival: one vectorized
+    # test per block drops them, and only the others are checked one by one.
+    for start in range(0, n, _ARRIVAL_BLOCK):
+        rows = np.arange(start, min(start + _ARRIVAL_BLOCK, n))
+        if alive:
+            F = Y[[joined[a] for a in alive]]
+            rows = rows[~_dominated_by(Y[rows], F)]
+        for i in rows.tolist():
+            F = Y[[joined[a] for a in alive]] if alive else Y[:0]
+            if _dominated_by(Y[i : i + 1], F)[0]:
+                continue
+            beaten = np.all(Y[i] <= F, axis=1) & np.any(Y[i] < F, axis=1) if alive else []
+            for a, gone in zip(list(alive), beaten, strict=True):
+                if gone:
+                    left[a] = i
+                    alive.remove(a)
+            alive.append(len(joined))
+            joined.append(i)
+            left.append(n)
+    return np.array(joined, dtype=np.int64), np.array(left, dtype=np.int64)
+
+
+def _dominated_by(Y: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """``(n,)``: whether each row of ``Y: (n, m)`` is dominated by some row of ``F: (f, m)``."""
+    if len(F) == 0:
+        return np.zeros(len(Y), dtype=bool)
+    le = np.all(F[None, :, :] <= Y[:, None, :], axis=2)
+    lt = np.any(F[None, :, :] < Y[:, None, :], axis=2)
+    return np.any(le & lt, axis=1)
 
 
 def _as_2d(A: np.ndarray, name: str) -> np.ndarray:

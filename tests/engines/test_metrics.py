@@ -1,7 +1,15 @@
 import numpy as np
 import pytest
 
-from engines.metrics import emd, hypervolume, igd, loo_emd, non_dominated, non_dominated_share
+from engines.metrics import (
+    emd,
+    front_lifetimes,
+    hypervolume,
+    igd,
+    loo_emd,
+    non_dominated,
+    non_dominated_share,
+)
 
 
 def test_non_dominated_mask():
@@ -93,3 +101,20 @@ def test_hypervolume_matches_botorch(m):
     ours = hypervolume(Y, ref)
     assert ours == pytest.approx(partitioning.compute_hypervolume().item(), rel=1e-9)
     assert ours == pytest.approx(Hypervolume(tref).compute(tY[torch.as_tensor(non_dominated(Y))]))
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_front_lifetimes_give_the_front_of_every_prefix(m):
+    rng = np.random.default_rng(m)
+    # Rounded so that ties and duplicated vectors occur; more rows than one arrival block.
+    Y = np.round(rng.random((2500, m)), 1)
+    joined, left = front_lifetimes(Y)
+    assert np.all(np.diff(joined) > 0) and np.all(left > joined)
+    for k in [*range(40), *range(40, len(Y), 181), len(Y)]:
+        front = joined[(joined < k) & (left >= k)]
+        assert front.tolist() == np.flatnonzero(non_dominated(Y[:k])).tolist()
+
+
+def test_front_lifetimes_of_no_rows():
+    joined, left = front_lifetimes(np.zeros((0, 2)))
+    assert len(joined) == 0 and len(left) == 0
