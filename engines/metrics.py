@@ -171,29 +171,25 @@ def front_lifetimes(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``non_dominated(Y[:k])``."""
     Y = _as_2d(Y, "Y")
     n = len(Y)
-    joined: list[int] = []
-    left: list[int] = []
-    alive: list[int] = []  # positions in ``joined`` of the current front
+    joined = np.empty(n, dtype=np.int64)
+    left = np.full(n, n, dtype=np.int64)
+    count = 0
+    alive = np.empty(0, dtype=np.int64)  # positions in ``joined`` of the current front
     # Most rows of a long study are dominated by the front at their arrival: one vectorized
     # test per block drops them, and only the others are checked one by one.
     for start in range(0, n, _ARRIVAL_BLOCK):
         rows = np.arange(start, min(start + _ARRIVAL_BLOCK, n))
-        if alive:
-            F = Y[[joined[a] for a in alive]]
-            rows = rows[~_dominated_by(Y[rows], F)]
+        rows = rows[~_dominated_by(Y[rows], Y[joined[alive]])]
         for i in rows.tolist():
-            F = Y[[joined[a] for a in alive]] if alive else Y[:0]
+            F = Y[joined[alive]]
             if _dominated_by(Y[i : i + 1], F)[0]:
                 continue
-            beaten = np.all(Y[i] <= F, axis=1) & np.any(Y[i] < F, axis=1) if alive else []
-            for a, gone in zip(list(alive), beaten, strict=True):
-                if gone:
-                    left[a] = i
-                    alive.remove(a)
-            alive.append(len(joined))
-            joined.append(i)
-            left.append(n)
-    return np.array(joined, dtype=np.int64), np.array(left, dtype=np.int64)
+            beaten = np.all(Y[i] <= F, axis=1) & np.any(Y[i] < F, axis=1)
+            left[alive[beaten]] = i
+            alive = np.append(alive[~beaten], count)
+            joined[count] = i
+            count += 1
+    return joined[:count], left[:count]
 
 
 def _dominated_by(Y: np.ndarray, F: np.ndarray) -> np.ndarray:
