@@ -38,7 +38,13 @@ function pointTraces(pareto, type) {
       text: points.map((p) => hoverText(p, pareto.objectives)),
       customdata: points.map((p) => p.number),
       hovertemplate: "%{text}<extra></extra>",
-      marker: { color: style.color, size: style.size, opacity: style.opacity, symbol: style.symbol },
+      marker: {
+        color: style.color,
+        // Markers of a 3-D scene look larger than the same size in a plane.
+        size: type === "scatter3d" ? Math.round(style.size * 0.6) : style.size,
+        opacity: style.opacity,
+        symbol: style.symbol,
+      },
     };
     axes.forEach((axis, i) => {
       trace[axis] = points.map((p) => p.values[pareto.objectives[i]]);
