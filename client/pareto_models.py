@@ -36,5 +36,7 @@ class StudyPareto(BaseModel):
     downsampled: bool
     points: list[ParetoPoint]
     #: ``[trial number, hypervolume]`` of the feasible front after that trial, where the
-    #: front changed (at most 100 steps, always the last); empty without a reference point.
+    #: front changed (at most 100 steps, always the last); empty without a reference point,
+    #: and from three objectives on when the front is too long to compute at once (fewer
+    #: steps from about 30 points on the front, none past about 300).
     hypervolume: list[tuple[int, float]]

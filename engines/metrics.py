@@ -72,6 +72,8 @@ def hypervolume(Y: np.ndarray, ref: np.ndarray) -> float:
     Y = Y[np.all(ref > Y, axis=1)]
     if len(Y) == 0:
         return 0.0
+    if Y.shape[1] == 2:
+        return _hv2(Y, ref)
     Y = np.unique(Y[non_dominated(Y)], axis=0)
     return _hv(Y, ref)
 
@@ -81,13 +83,7 @@ def _hv(Y: np.ndarray, ref: np.ndarray) -> float:
     if m == 1:
         return float(ref[0] - Y[:, 0].min())
     if m == 2:
-        order = np.argsort(Y[:, 0])
-        volume, best_y1 = 0.0, ref[1]
-        for y0, y1 in Y[order]:
-            if y1 < best_y1:
-                volume += (ref[0] - y0) * (best_y1 - y1)
-                best_y1 = y1
-        return float(volume)
+        return _hv2(Y, ref)
     # Slice along the last objective: between consecutive levels the cross-section is the
     # (m-1)-dimensional hypervolume of the points at or below that level.
     order = np.argsort(Y[:, -1])
@@ -102,6 +98,15 @@ def _hv(Y: np.ndarray, ref: np.ndarray) -> float:
         front = front[non_dominated(front)]
         volume += depth * _hv(front, ref[:-1])
     return float(volume)
+
+
+def _hv2(Y: np.ndarray, ref: np.ndarray) -> float:
+    """Two objectives, rows below ``ref``, dominated ones allowed: a sweep along the first
+    objective, vectorized (fronts of thousands of points). Each row adds the strip between the
+    lowest second objective before it (or ``ref``) and its own, when it is lower."""
+    Y = Y[np.lexsort((Y[:, 1], Y[:, 0]))]
+    lowest_before = np.minimum.accumulate(np.r_[ref[1], Y[:, 1]])[:-1]
+    return float(np.sum((ref[0] - Y[:, 0]) * np.maximum(0.0, lowest_before - Y[:, 1])))
 
 
 def igd(Y: np.ndarray, front: np.ndarray) -> float:

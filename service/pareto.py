@@ -16,9 +16,12 @@ from engines.metrics import front_lifetimes, hypervolume
 from service.problem import ParsedStudy
 from service.store import Store, find_study, trials_t
 
-#: Steps of the hypervolume curve at most: each step is one hypervolume computation, exact
-#: and so costly for three objectives and a long front.
+#: Steps of the hypervolume curve at most: each step is one hypervolume computation.
 HYPERVOLUME_STEPS = 100
+#: From three objectives on, an exact hypervolume of a front of ``p`` points costs about
+#: ``p ** (m - 1)`` steps of Python (about 1 s for this many): the curve gets fewer steps
+#: when its fronts are long, down to the last one alone, and none past that (p > 316).
+HYPERVOLUME_WORK = 100_000
 KINDS: tuple[ParetoKind, ...] = ("non_dominated", "dominated", "infeasible")
 #: Trial numbers per ``IN (...)`` list when reading the kept trials' parameters.
 _NUMBERS_PER_QUERY = 500
@@ -68,15 +71,18 @@ def study_pareto(store: Store, tenant_id: int, study_id: int, max_points: int) -
                 )
                 for i in keep.tolist()
             ],
-            hypervolume=_hypervolume_steps(parsed, Y[feasible_rows], numbers[feasible_rows]),
+            hypervolume=_hypervolume_steps(
+                parsed, Y[feasible_rows], numbers[feasible_rows], joined, left
+            ),
         )
 
     return store.db.read(fn)
 
 
 def _evenly(n: int, k: int) -> np.ndarray:
-    """``k`` indices into ``n > k`` items, evenly spread, the first and the last included."""
-    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
+    """``k`` indices into ``n > k`` items, increasing and evenly spread: the last always, the
+    first too when ``k > 1``."""
+    return np.unique(np.linspace(n - 1, 0, k).round().astype(np.int64))
 
 
 def _reference(parsed: ParsedStudy) -> dict[str, float] | None:
@@ -99,19 +105,26 @@ def _params(conn: Connection, study_id: int, numbers: list[int]) -> dict[int, di
 
 
 def _hypervolume_steps(
-    parsed: ParsedStudy, Y: np.ndarray, numbers: np.ndarray
+    parsed: ParsedStudy, Y: np.ndarray, numbers: np.ndarray, joined: np.ndarray, left: np.ndarray
 ) -> list[tuple[int, float]]:
     """``[trial number, hypervolume]`` after each feasible trial that changed the front
-    (``Y``: the feasible trials in number order, minimized), thinned to
-    ``HYPERVOLUME_STEPS`` steps evenly spread over the changes, the last always kept."""
+    (``Y``: the feasible trials in number order, minimized; ``joined``, ``left``: their
+    ``front_lifetimes``), thinned to ``HYPERVOLUME_STEPS`` steps evenly spread over the
+    changes, the last always kept."""
     ref = parsed.problem.reference_point
     if ref is None or not len(Y):
         return []
-    joined, left = front_lifetimes(Y)
-    steps = joined
-    if len(steps) > HYPERVOLUME_STEPS:
-        steps = steps[_evenly(len(steps), HYPERVOLUME_STEPS)]
+    m = Y.shape[1]
+    count = min(len(joined), HYPERVOLUME_STEPS)
+    while True:
+        steps = joined[_evenly(len(joined), count)] if count < len(joined) else joined
+        fronts = [joined[(joined <= k) & (left > k)] for k in steps.tolist()]
+        if m < 3 or sum(len(f) ** (m - 1) for f in fronts) <= HYPERVOLUME_WORK:
+            break
+        if count == 1:
+            return []  # even the last front alone would take seconds
+        count = max(1, count // 2)
     return [
-        (int(numbers[k]), hypervolume(Y[joined[(joined <= k) & (left > k)]], ref))
-        for k in steps.tolist()
+        (int(numbers[k]), hypervolume(Y[front], ref))
+        for k, front in zip(steps.tolist(), fronts, strict=True)
     ]

@@ -2,6 +2,8 @@
 objectives' directions and constraints, the hypervolume over trial numbers, downsampling; on
 SQLite and PostgreSQL."""
 
+from itertools import pairwise
+
 import pytest
 
 from tests.conftest import FLOAT_X, make_test_client, study_body
@@ -111,3 +113,26 @@ def test_pareto_of_a_missing_study_is_404(http):
 def test_max_points_is_bounded(http, constrained):
     r = http.get(f"/v1/studies/{constrained}/pareto", params={"max_points": 10**6})
     assert r.status_code == 422 and r.json()["code"] == "validation_error"
+
+
+def _three_objective_front(http, size):
+    """A study of three minimized objectives whose trials all lie on the plane a + b + c = 1,
+    so that every one is non-dominated."""
+    sid = _study(http, [{"name": n, "reference": 1.0} for n in "abc"])
+    for i in range(size):
+        a, b = (i % 19) / 19, (i // 19) / 19
+        _completed(http, sid, 0.0, {"a": a / 2, "b": b / 2, "c": 1 - (a + b) / 2})
+    return sid
+
+
+def test_a_long_three_objective_front_gets_fewer_hypervolume_steps(http):
+    body = _pareto(http, _three_objective_front(http, 100))
+    assert body["counts"]["non_dominated"] == 100
+    steps = body["hypervolume"]
+    assert 1 < len(steps) < 100 and steps[0][0] == 0 and steps[-1][0] == 99
+    assert all(v < w for (_, v), (_, w) in pairwise(steps))
+
+
+def test_a_three_objective_front_too_long_to_compute_gets_no_hypervolume(http):
+    body = _pareto(http, _three_objective_front(http, 330))
+    assert body["counts"]["non_dominated"] == 330 and body["hypervolume"] == []

@@ -118,3 +118,18 @@ def test_front_lifetimes_give_the_front_of_every_prefix(m):
 def test_front_lifetimes_of_no_rows():
     joined, left = front_lifetimes(np.zeros((0, 2)))
     assert len(joined) == 0 and len(left) == 0
+
+
+def test_hypervolume_2d_with_dominated_and_repeated_rows_is_the_covered_area():
+    rng = np.random.default_rng(7)
+    Y = np.round(rng.random((200, 2)), 1)  # many ties, repeats and dominated rows
+    ref = np.array([1.05, 1.05])
+    # The exact covered area, cell by cell of the grid the points' coordinates draw.
+    xs, ys = np.r_[np.unique(Y[:, 0]), ref[0]], np.r_[np.unique(Y[:, 1]), ref[1]]
+    area = sum(
+        (xs[i + 1] - xs[i]) * (ys[j + 1] - ys[j])
+        for i in range(len(xs) - 1)
+        for j in range(len(ys) - 1)
+        if np.any((Y[:, 0] <= xs[i]) & (Y[:, 1] <= ys[j]))
+    )
+    assert hypervolume(Y, ref) == pytest.approx(area)

@@ -118,6 +118,7 @@ function note(pareto) {
   const parts = [`${front} non-dominated, ${dominated} dominated, ${infeasible} infeasible completed trials`];
   if (pareto.downsampled) parts.push(`${drawn} of the ${dominated + infeasible} others drawn, evenly over trial numbers`);
   if (!pareto.reference_point) parts.push("no hypervolume: give every objective a reference to get one");
+  else if (!pareto.hypervolume.length && front) parts.push("no hypervolume: the front is too long to compute it on every refresh");
   return `${parts.join("; ")}.`;
 }
 
@@ -129,9 +130,9 @@ export async function showPareto(studyId, study) {
   section.hidden = false;
   const front = document.getElementById("pareto");
   const hypervolume = document.getElementById("hypervolume");
-  hypervolume.hidden = !pareto.reference_point;
+  hypervolume.hidden = !pareto.hypervolume.length;
   await drawFront(front, pareto);
-  if (pareto.reference_point) await drawHypervolume(hypervolume, pareto);
+  if (pareto.hypervolume.length) await drawHypervolume(hypervolume, pareto);
   front.dataset.nonDominated = pareto.counts.non_dominated;
   document.getElementById("pareto-note").textContent = note(pareto);
 }
