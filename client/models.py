@@ -3,8 +3,8 @@
 Naming follows one scheme: ``...Create`` and ``...Request`` are bodies a client sends (extra
 fields are rejected), ``...Public`` is what the server returns, ``...Page`` is a page of a list
 with ``next_cursor``. The sampler's models live in ``client.sampler_models``, a study's history
-for charts in ``client.progress_models`` and the building blocks in ``client._wire``; all are
-re-exported here.
+for charts in ``client.progress_models``, its Pareto front in ``client.pareto_models`` and the
+building blocks in ``client._wire``; all are re-exported here.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
+from client.pareto_models import ParetoKind as ParetoKind
+from client.pareto_models import ParetoPoint as ParetoPoint
+from client.pareto_models import StudyPareto as StudyPareto
 from client.progress_models import HistoryPoint as HistoryPoint
 from client.progress_models import StudyHistory as StudyHistory
 from client.sampler_models import GaussianInit as GaussianInit

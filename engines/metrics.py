@@ -25,6 +25,9 @@ points are unit-cube coordinates (``X: (n, d)`` in [0, 1]), the encoding of ``en
   known ones, so it falls as the set is covered densely.
 - ``non_dominated_share(Y_batch, Y_observed)``: the share of a batch's rows that are
   non-dominated among the observed rows and the batch together (a batch-quality figure).
+- ``front_lifetimes(Y)``: for rows arriving in order, when each joins and leaves the
+  non-dominated set of the rows so far, so the front after any prefix is read without
+  recomputing it (a hypervolume-over-time curve).
 
 References:
     [While2006hso] L. While, P. Hingston, L. Barone, S. Huband. A faster algorithm for
@@ -41,6 +44,8 @@ import numpy as np
 
 #: Elements of the ``(rows, n, d)`` difference block of a distance computation (~16 MB).
 _BLOCK_ELEMENTS = 2_000_000
+#: Rows tested against the front at once by ``front_lifetimes``.
+_ARRIVAL_BLOCK = 1024
 
 
 def non_dominated(Y: np.ndarray) -> np.ndarray:
@@ -67,6 +72,8 @@ def hypervolume(Y: np.ndarray, ref: np.ndarray) -> float:
     Y = Y[np.all(ref > Y, axis=1)]
     if len(Y) == 0:
         return 0.0
+    if Y.shape[1] == 2:
+        return _hv2(Y, ref)
     Y = np.unique(Y[non_dominated(Y)], axis=0)
     return _hv(Y, ref)
 
@@ -76,13 +83,7 @@ def _hv(Y: np.ndarray, ref: np.ndarray) -> float:
     if m == 1:
         return float(ref[0] - Y[:, 0].min())
     if m == 2:
-        order = np.argsort(Y[:, 0])
-        volume, best_y1 = 0.0, ref[1]
-        for y0, y1 in Y[order]:
-            if y1 < best_y1:
-                volume += (ref[0] - y0) * (best_y1 - y1)
-                best_y1 = y1
-        return float(volume)
+        return _hv2(Y, ref)
     # Slice along the last objective: between consecutive levels the cross-section is the
     # (m-1)-dimensional hypervolume of the points at or below that level.
     order = np.argsort(Y[:, -1])
@@ -97,6 +98,15 @@ def _hv(Y: np.ndarray, ref: np.ndarray) -> float:
         front = front[non_dominated(front)]
         volume += depth * _hv(front, ref[:-1])
     return float(volume)
+
+
+def _hv2(Y: np.ndarray, ref: np.ndarray) -> float:
+    """Two objectives, rows below ``ref``, dominated ones allowed: a sweep along the first
+    objective, vectorized (fronts of thousands of points). Each row adds the strip between the
+    lowest second objective before it (or ``ref``) and its own, when it is lower."""
+    Y = Y[np.lexsort((Y[:, 1], Y[:, 0]))]
+    lowest_before = np.minimum.accumulate(np.r_[ref[1], Y[:, 1]])[:-1]
+    return float(np.sum((ref[0] - Y[:, 0]) * np.maximum(0.0, lowest_before - Y[:, 1])))
 
 
 def igd(Y: np.ndarray, front: np.ndarray) -> float:
@@ -156,6 +166,44 @@ def non_dominated_share(Y_batch: np.ndarray, Y_observed: np.ndarray) -> float:
     _check_widths(Y_observed, Y_batch, "Y_observed", "Y_batch")
     mask = non_dominated(np.vstack([Y_observed, Y_batch]))
     return float(mask[len(Y_observed) :].mean())
+
+
+def front_lifetimes(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``Y: (n, m)`` arriving in order: ``(joined, left)``, the rows that were ever
+    non-dominated among the rows before them (indices, increasing) and, for each, the index of
+    the row that dominated it (``n`` while it is still on the front). The front of the first
+    ``k`` rows is ``joined[(joined < k) & (left >= k)]``, the same set as
+    ``non_dominated(Y[:k])``."""
+    Y = _as_2d(Y, "Y")
+    n = len(Y)
+    joined = np.empty(n, dtype=np.int64)
+    left = np.full(n, n, dtype=np.int64)
+    count = 0
+    alive = np.empty(0, dtype=np.int64)  # positions in ``joined`` of the current front
+    # Most rows of a long study are dominated by the front at their arrival: one vectorized
+    # test per block drops them, and only the others are checked one by one.
+    for start in range(0, n, _ARRIVAL_BLOCK):
+        rows = np.arange(start, min(start + _ARRIVAL_BLOCK, n))
+        rows = rows[~_dominated_by(Y[rows], Y[joined[alive]])]
+        for i in rows.tolist():
+            F = Y[joined[alive]]
+            if _dominated_by(Y[i : i + 1], F)[0]:
+                continue
+            beaten = np.all(Y[i] <= F, axis=1) & np.any(Y[i] < F, axis=1)
+            left[alive[beaten]] = i
+            alive = np.append(alive[~beaten], count)
+            joined[count] = i
+            count += 1
+    return joined[:count], left[:count]
+
+
+def _dominated_by(Y: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """``(n,)``: whether each row of ``Y: (n, m)`` is dominated by some row of ``F: (f, m)``."""
+    if len(F) == 0:
+        return np.zeros(len(Y), dtype=bool)
+    le = np.all(F[None, :, :] <= Y[:, None, :], axis=2)
+    lt = np.any(F[None, :, :] < Y[:, None, :], axis=2)
+    return np.any(le & lt, axis=1)
 
 
 def _as_2d(A: np.ndarray, name: str) -> np.ndarray:

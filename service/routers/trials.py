@@ -16,6 +16,7 @@ from client.models import (
     ProblemCode,
     ReportRequest,
     StudyHistory,
+    StudyPareto,
     TellRequest,
     TrialCreate,
     TrialPublic,
@@ -23,7 +24,7 @@ from client.models import (
     TrialState,
 )
 from service import ask as asking
-from service import leases, progress, trials, units
+from service import leases, pareto, progress, trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -110,6 +111,22 @@ def history(
     """The finished trials' values and each objective's best-so-far curve, for a chart: at
     most ``max_points`` trials (downsampled on the server) and steps per curve."""
     return progress.study_history(store, tenant, study_id, max_points)
+
+
+@router.get("/pareto", response_model=StudyPareto, responses=problems(*STUDY))
+def pareto_front(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    max_points: Annotated[
+        int, Query(ge=10, le=10_000, description="Dominated and infeasible trials at most.")
+    ] = 2000,
+) -> StudyPareto:
+    """The completed trials in objective space, for a chart: every non-dominated feasible
+    trial, at most ``max_points`` of the others (downsampled on the server), and the
+    hypervolume of the feasible front over trial numbers when every objective has a
+    ``reference``."""
+    return pareto.study_pareto(store, tenant, study_id, max_points)
 
 
 @router.get("/trials/{number}", response_model=TrialPublic, responses=problems(*TRIAL))

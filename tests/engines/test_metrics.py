@@ -1,7 +1,15 @@
 import numpy as np
 import pytest
 
-from engines.metrics import emd, hypervolume, igd, loo_emd, non_dominated, non_dominated_share
+from engines.metrics import (
+    emd,
+    front_lifetimes,
+    hypervolume,
+    igd,
+    loo_emd,
+    non_dominated,
+    non_dominated_share,
+)
 
 
 def test_non_dominated_mask():
@@ -93,3 +101,35 @@ def test_hypervolume_matches_botorch(m):
     ours = hypervolume(Y, ref)
     assert ours == pytest.approx(partitioning.compute_hypervolume().item(), rel=1e-9)
     assert ours == pytest.approx(Hypervolume(tref).compute(tY[torch.as_tensor(non_dominated(Y))]))
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_front_lifetimes_give_the_front_of_every_prefix(m):
+    rng = np.random.default_rng(m)
+    # Rounded so that ties and duplicated vectors occur; more rows than one arrival block.
+    Y = np.round(rng.random((2500, m)), 1)
+    joined, left = front_lifetimes(Y)
+    assert np.all(np.diff(joined) > 0) and np.all(left > joined)
+    for k in [*range(40), *range(40, len(Y), 181), len(Y)]:
+        front = joined[(joined < k) & (left >= k)]
+        assert front.tolist() == np.flatnonzero(non_dominated(Y[:k])).tolist()
+
+
+def test_front_lifetimes_of_no_rows():
+    joined, left = front_lifetimes(np.zeros((0, 2)))
+    assert len(joined) == 0 and len(left) == 0
+
+
+def test_hypervolume_2d_with_dominated_and_repeated_rows_is_the_covered_area():
+    rng = np.random.default_rng(7)
+    Y = np.round(rng.random((200, 2)), 1)  # many ties, repeats and dominated rows
+    ref = np.array([1.05, 1.05])
+    # The exact covered area, cell by cell of the grid the points' coordinates draw.
+    xs, ys = np.r_[np.unique(Y[:, 0]), ref[0]], np.r_[np.unique(Y[:, 1]), ref[1]]
+    area = sum(
+        (xs[i + 1] - xs[i]) * (ys[j + 1] - ys[j])
+        for i in range(len(xs) - 1)
+        for j in range(len(ys) - 1)
+        if np.any((Y[:, 0] <= xs[i]) & (Y[:, 1] <= ys[j]))
+    )
+    assert hypervolume(Y, ref) == pytest.approx(area)

@@ -29,6 +29,11 @@ import pytest
 
 from tests.conftest import scratch_database
 
+# The dashboard's browser fixtures, registered here once: two test modules importing them
+# would start Playwright twice in one session.
+from tests.integration.browser import browser as browser
+from tests.integration.browser import watched as watched
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PYTHON = sys.executable

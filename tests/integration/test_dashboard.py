@@ -12,8 +12,6 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.browser import browser as browser  # a fixture
-from tests.integration.browser import watched as watched  # a fixture
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -203,3 +201,71 @@ def test_the_page_of_a_missing_study_says_so(server, watched):
     # The failed read is the only problem (the browser logs a failed fetch itself).
     assert watched.problems and all("/v1/studies/2147483647" in p for p in watched.problems)
     watched.screenshot("study-missing")
+
+
+#: The Plotly traces' lengths by name, read from the chart's own data.
+TRACE_LENGTHS = (
+    "Object.fromEntries(document.getElementById('pareto').data.map(t => [t.name, t.x.length]))"
+)
+
+
+def test_the_pareto_view_of_a_two_objective_study(server, api, watched):
+    """Non-dominated, dominated and infeasible trials and the hypervolume are drawn, and a new
+    non-dominated trial shows live."""
+    r = api.post(
+        "/v1/studies",
+        json={
+            "name": "pareto",
+            "parameters": [{"type": "float", "name": "x", "low": 0.0, "high": 1.0}],
+            "objectives": [
+                {"name": "loss", "goal": "minimize", "reference": 10.0},
+                {"name": "acc", "goal": "maximize", "reference": -1.0},
+            ],
+            "constraints": [{"name": "c", "op": "<=", "threshold": 0.0}],
+            "engine": {"name": "random"},
+        },
+    )
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    # Six trade-offs (k, k) (acc is maximized), five points each dominated by one of them, and
+    # an infeasible point that would dominate them all.
+    points = [(float(k), float(k), -1.0) for k in range(6)]
+    points += [(k + 0.5, k - 1.0, -1.0) for k in range(1, 6)]
+    points.append((-1.0, 10.0, 1.0))
+    for i, (loss, acc, c) in enumerate(points):
+        body = {
+            "params": {"x": i / 20},
+            "values": {"loss": loss, "acc": acc},
+            "constraints": {"c": c},
+        }
+        assert api.post(f"/v1/studies/{sid}/trials", json=body).status_code == 201
+
+    page = watched.page
+    page.goto(f"{server.url}/dashboard/studies/{sid}")
+    page.wait_for_selector("#pareto[data-non-dominated] .main-svg")
+    page.wait_for_selector("#hypervolume .main-svg")
+    assert page.evaluate(TRACE_LENGTHS) == {
+        "dominated": 5,
+        "infeasible": 1,
+        "non-dominated": 6,
+        "reference point": 1,
+    }
+    assert (
+        page.locator("#pareto-note")
+        .inner_text()
+        .startswith("6 non-dominated, 5 dominated, 1 infeasible completed trials")
+    )
+    watched.screenshot("study-pareto")
+
+    # The lowest loss and the lowest feasible accuracy: a seventh trade-off, told live.
+    number = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": "w1"}).json()["trials"][0][
+        "number"
+    ]
+    tell = {"values": {"loss": -0.5, "acc": -0.5}, "constraints": {"c": -1.0}}
+    r = api.post(f"/v1/studies/{sid}/trials/{number}/tell", json=tell)
+    assert r.status_code == 200, r.text
+    page.wait_for_function(
+        "document.getElementById('pareto').dataset.nonDominated === '7'", timeout=3000
+    )
+    assert page.evaluate(TRACE_LENGTHS)["non-dominated"] == 7
+    watched.assert_clean()

@@ -13,8 +13,6 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.browser import browser as browser  # a fixture
-from tests.integration.browser import watched as watched  # a fixture
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration

@@ -2,6 +2,7 @@
 // (subscribe() in api.js).
 import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
+import { showPareto } from "./pareto.js";
 import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
@@ -62,6 +63,7 @@ subscribe(
     showFacts(study);
     controls.show(study);
     await Promise.all([showHistory(), table.show(study), running.show()]);
+    await showPareto(studyId, study);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();
