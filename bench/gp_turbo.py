@@ -42,6 +42,7 @@ import json
 import math
 import time
 import warnings
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,15 +111,16 @@ class TurboState(TrustRegion):
         self.best_value = max(self.best_value, best_next)
 
 
-class TrustRegionRuns:
+class TrustRegionRuns(ABC):
     """What GP-TuRBO and SCBO share: a run restarts (``_new_run``) when its trust region
     collapses; ``restarts`` counts them."""
 
     restarts: int
     _state: Any
 
+    @abstractmethod
     def _new_run(self) -> None:
-        raise NotImplementedError
+        """Start a new run: a fresh trust region and initial design."""
 
     def _update_region(self, *batch: np.ndarray) -> None:
         """The trust region's update by one batch (``_state.update(*batch)``), then the

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -70,18 +71,19 @@ def interrupt_on_sigterm() -> None:
 # --- methods --------------------------------------------------------------------------------
 
 
-class Method:
+class Method(ABC):
     """One method in one (problem, seed) run: it is shown the shared initial design
     (``start``), proposes points in the unit cube given everything evaluated so far
     (``propose``) and is told their values (``tell``)."""
 
-    def start(self, U0: np.ndarray, Y0: np.ndarray, C0: np.ndarray) -> None:
+    def start(self, U0: np.ndarray, Y0: np.ndarray, C0: np.ndarray) -> None:  # noqa: B027 (optional hook)
         """The initial design and its values; most methods see it in the history instead."""
 
+    @abstractmethod
     def propose(self, history: History, count: int) -> np.ndarray:
-        raise NotImplementedError
+        """``count`` points in the unit cube, ``(count, d)``."""
 
-    def tell(self, U: np.ndarray, Y: np.ndarray, C: np.ndarray) -> None:
+    def tell(self, U: np.ndarray, Y: np.ndarray, C: np.ndarray) -> None:  # noqa: B027 (optional hook)
         """The values of the last proposal; the engines read them from the history instead."""
 
 
