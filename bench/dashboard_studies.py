@@ -5,8 +5,6 @@ storage API), and the two servers that show them, each in a subprocess."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,8 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.servers import free_port, stop_server, wait_healthy
-from bench.version import ROOT
+from bench.servers import free_port, server_process, wait_healthy
 
 DIM = 4
 LOW, HIGH = -5.0, 5.0
@@ -116,7 +113,7 @@ def asktell_server(tmp: Path) -> Iterator[str]:
     )
     port = free_port()
     argv = [str(exe) if exe.exists() else "asktell", "serve", "--port", str(port)]
-    with _process(argv, env, tmp / "asktell.log") as proc:
+    with server_process(argv, env, tmp / "asktell.log") as proc:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(proc, base, tmp / "asktell.log")
         yield base
@@ -168,26 +165,8 @@ def optuna_dashboard_server(tmp: Path, storage_url: str) -> Iterator[str]:
     exe = Path(sys.executable).parent / "optuna-dashboard"
     port = free_port()
     argv = [str(exe), storage_url, "--host", "127.0.0.1", "--port", str(port)]
-    with _process(argv, dict(os.environ), tmp / "optuna-dashboard.log") as proc:
+    with server_process(argv, dict(os.environ), tmp / "optuna-dashboard.log") as proc:
         base = f"http://127.0.0.1:{port}"
         # optuna-dashboard has no /healthz
         wait_healthy(proc, base, tmp / "optuna-dashboard.log", "/api/meta")
         yield base
-
-
-@contextmanager
-def _process(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[Any]:
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield proc
-    finally:
-        stop_server(proc, signal.SIGTERM)

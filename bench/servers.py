@@ -6,10 +6,13 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
+
+from bench.version import ROOT
 
 
 def free_port() -> int:
@@ -46,3 +49,25 @@ def stop_server(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
+
+
+@contextmanager
+def server_process(
+    argv: list[str], env: dict[str, str], log_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` run from the repository root in a session of its own, its output in
+    ``log_path``; stopped with SIGTERM on exit."""
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        stop_server(proc, signal.SIGTERM)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,9 +20,8 @@ import numpy as np
 
 from bench._ennbo_run import HIGH, LOW, objective, timing_data
 from bench.harness import EngineMethod, log
-from bench.servers import free_port, stop_server, wait_healthy
+from bench.servers import free_port, server_process, wait_healthy
 from bench.turbo_enn_runs import ENGINE, history_of, make_problem
-from bench.version import ROOT
 
 if TYPE_CHECKING:
     from bench.turbo_enn import Settings
@@ -42,22 +39,10 @@ def uvicorn_server(tmp: Path, db_url: str) -> Iterator[str]:
     argv = [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--log-level", "warning"]
     log_path = tmp / f"server-{port}.log"
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with server_process(argv, env, log_path) as proc:
+        base = f"http://127.0.0.1:{port}"
         wait_healthy(proc, base, log_path)
         yield base
-    finally:
-        stop_server(proc, signal.SIGTERM)
 
 
 def fill_study(db_url: str, study_id: int, U: np.ndarray, y: np.ndarray) -> None:
