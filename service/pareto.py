@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from client.models import ParetoKind, ParetoPoint, StudyPareto
 from engines.metrics import front_lifetimes, hypervolume
 from service.problem import ParsedStudy
+from service.progress import objective_rows
 from service.store import Store, find_study, trials_t
 
 #: Steps of the hypervolume curve at most: each step is one hypervolume computation.
@@ -32,14 +33,8 @@ def study_pareto(store: Store, tenant_id: int, study_id: int, max_points: int) -
         find_study(conn, tenant_id, study_id)
         parsed = store.parsed_study(conn, study_id)
         names = list(parsed.objective_names)
-        # Read as numbers in SQL, as the history does: only the kept trials' JSON is decoded.
-        objectives = [trials_t.c["values"][n].as_float() for n in names]
-        rows = conn.execute(
-            select(trials_t.c.number, trials_t.c.feasible, *objectives)
-            .where(trials_t.c.study_id == study_id, trials_t.c.state == "completed")
-            .order_by(trials_t.c.number)
-        ).all()
-        values = np.array([r[2:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
+        rows = objective_rows(conn, study_id, names, ("completed",))
+        values = np.array([r[3:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
         has = ~np.isnan(values).any(axis=1)
         numbers = np.array([r.number for r in rows], dtype=np.int64)[has]
         values = values[has]

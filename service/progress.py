@@ -4,8 +4,11 @@ thousand points, never every trial."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from typing import Any
+
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.engine import Connection
 
 from client.models import FINISHED_STATES, HistoryPoint, StudyHistory
@@ -17,15 +20,7 @@ def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) 
         find_study(conn, tenant_id, study_id)
         parsed = store.parsed_study(conn, study_id)
         names = list(parsed.objective_names)
-        # The objectives are read as numbers in SQL: decoding every trial's JSON would cost
-        # most of the time of a large study's history.
-        objectives = [trials_t.c["values"][n].as_float() for n in names]
-        rows = conn.execute(
-            select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives)
-            .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(FINISHED_STATES))
-            .order_by(trials_t.c.number)
-        ).all()
-        # Y[i, j]: objective j of the i-th finished trial, NaN when it has no values.
+        rows = objective_rows(conn, study_id, names, FINISHED_STATES)
         Y = np.array([r[3:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
         numbers = np.array([r.number for r in rows], dtype=np.int64)
         has = np.logical_not(np.isnan(Y).any(axis=1))
@@ -54,6 +49,20 @@ def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) 
         )
 
     return store.db.read(fn)
+
+
+def objective_rows(
+    conn: Connection, study_id: int, names: list[str], states: Collection[str]
+) -> Sequence[Row[Any]]:
+    """``number, state, feasible`` and each objective in ``names`` (``None`` where missing) of
+    the study's trials in ``states``, by number. The objectives are read as numbers in SQL:
+    decoding every trial's JSON would cost most of the time of a large study's read."""
+    objectives = [trials_t.c["values"][n].as_float() for n in names]
+    return conn.execute(
+        select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives)
+        .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states))
+        .order_by(trials_t.c.number)
+    ).all()
 
 
 def _extremes(Y: np.ndarray, completed: np.ndarray, max_points: int) -> np.ndarray:
