@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from client._wire import TrialState
+from client._wire import ParamValue, TrialState
 
 
 class HistoryPoint(BaseModel):
@@ -27,3 +27,23 @@ class StudyHistory(BaseModel):
     #: Per objective, the best-so-far curve as ``[trial number, value]`` where it improves,
     #: over the completed feasible trials.
     best: dict[str, list[tuple[int, float]]]
+
+
+class TrialPoint(BaseModel):
+    number: int
+    state: TrialState
+    params: dict[str, ParamValue]
+    values: dict[str, float] | None = None
+
+
+class StudyPoints(BaseModel):
+    """A study's trials in parameter and objective space, for parallel coordinates, slice and
+    contour charts: every trial that passed the filter, or at most the asked number when
+    ``downsampled`` (spread evenly over trial numbers, plus each objective's best trials)."""
+
+    objectives: list[str]
+    parameters: list[str]
+    #: Trials in the asked states that passed the filter, before downsampling.
+    matched: int
+    downsampled: bool
+    points: list[TrialPoint]

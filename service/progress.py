@@ -10,17 +10,27 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Row, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from client.models import FINISHED_STATES, HistoryPoint, StudyHistory
 from service.store import Store, find_study, trials_t
+from service.trial_fields import filter_clauses
+
+#: Trial numbers per ``IN (...)`` list when reading the drawn trials' parameters.
+_NUMBERS_PER_QUERY = 500
 
 
-def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) -> StudyHistory:
+def study_history(
+    store: Store, tenant_id: int, study_id: int, max_points: int, trial_filter: str | None = None
+) -> StudyHistory:
+    """The history of the finished trials that pass ``trial_filter`` (``service.trial_fields``)."""
+
     def fn(conn: Connection) -> StudyHistory:
         find_study(conn, tenant_id, study_id)
         parsed = store.parsed_study(conn, study_id)
         names = list(parsed.objective_names)
-        rows = objective_rows(conn, study_id, names, FINISHED_STATES)
+        where = filter_clauses(parsed, trial_filter)
+        rows = objective_rows(conn, study_id, names, FINISHED_STATES, where)
         Y = np.array([r[3:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
         numbers = np.array([r.number for r in rows], dtype=np.int64)
         has = np.logical_not(np.isnan(Y).any(axis=1))
@@ -52,17 +62,43 @@ def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) 
 
 
 def objective_rows(
-    conn: Connection, study_id: int, names: list[str], states: Collection[str]
+    conn: Connection,
+    study_id: int,
+    names: list[str],
+    states: Collection[str],
+    where: Sequence[ColumnElement[bool]] = (),
 ) -> Sequence[Row[Any]]:
     """``number, state, feasible`` and each objective in ``names`` (``None`` where missing) of
-    the study's trials in ``states``, by number. The objectives are read as numbers in SQL:
-    decoding every trial's JSON would cost most of the time of a large study's read."""
+    the study's trials in ``states`` that meet ``where``, by number. The objectives are read as
+    numbers in SQL: decoding every trial's JSON would cost most of the time of a large study's
+    read."""
     objectives = [trials_t.c["values"][n].as_float() for n in names]
     return conn.execute(
         select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives)
-        .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states))
+        .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states), *where)
         .order_by(trials_t.c.number)
     ).all()
+
+
+def evenly(n: int, k: int) -> np.ndarray:
+    """``k`` indices into ``n > k`` items, increasing and evenly spread: the last always, the
+    first too when ``k > 1``."""
+    return np.unique(np.linspace(n - 1, 0, k).round().astype(np.int64))
+
+
+def trial_params(conn: Connection, study_id: int, numbers: list[int]) -> dict[int, dict[str, Any]]:
+    """The parameters of the study's trials ``numbers``, by number: the charts read the JSON
+    of the trials they draw, never of every trial."""
+    out: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(numbers), _NUMBERS_PER_QUERY):
+        chunk = numbers[start : start + _NUMBERS_PER_QUERY]
+        rows = conn.execute(
+            select(trials_t.c.number, trials_t.c.params).where(
+                trials_t.c.study_id == study_id, trials_t.c.number.in_(chunk)
+            )
+        )
+        out.update((number, params) for number, params in rows)
+    return out
 
 
 def _extremes(Y: np.ndarray, completed: np.ndarray, max_points: int) -> np.ndarray:
