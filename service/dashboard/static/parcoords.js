@@ -10,35 +10,48 @@ import { filterConditions, onFilterChange, setCondition } from "./filters.js";
 const MAX_POINTS = 2000;
 const CONFIG = { responsive: true, displaylogo: false };
 
-// One axis of the chart: its field in the filter, how a trial's value maps onto it, and how a
-// brushed range maps back to a condition (and a condition to a range, to draw the brushes).
-function axisOf(field, label, parameter) {
+// Ranges around the sorted indices, one per run of consecutive ones.
+function runs(indices) {
+  const ranges = [];
+  for (const i of indices) {
+    const last = ranges[ranges.length - 1];
+    if (last && last[1] === i - 0.75) last[1] = i + 0.25;
+    else ranges.push([i - 0.25, i + 0.25]);
+  }
+  return ranges;
+}
+
+// One axis of the chart: its field in the filter, where a trial lies on it (`position` of
+// `read(point)`), and how brushed ranges map to a condition and back (to draw the brushes).
+function axisOf(field, label, read, parameter) {
   if (parameter && parameter.type === "categorical") {
     const choices = parameter.choices;
+    const index = (value) => choices.findIndex((c) => c === value);
     return {
       field,
       label,
-      position: (value) => choices.findIndex((c) => c === value),
+      read,
+      position: index,
+      // Ticks make the axis ordinal: its brushes snap to the choices.
       ticks: { tickvals: choices.map((_, i) => i), ticktext: choices.map(String) },
       multiselect: true,
       condition: (ranges) => ({
         in: choices.filter((_, i) => ranges.some(([lo, hi]) => lo <= i && i <= hi)),
       }),
-      ranges: (condition) =>
-        (condition.in || [])
-          .map((value) => choices.findIndex((c) => c === value))
-          .filter((i) => i >= 0)
-          .map((i) => [i - 0.25, i + 0.25]),
+      ranges: (condition) => runs((condition.in || []).map(index).filter((i) => i >= 0).sort((a, b) => a - b)),
     };
   }
+  // A log parameter's axis is its log10: Plotly has no log axes here, and ticks of our own
+  // would make the axis ordinal, its brushes snapping to them.
   const log = Boolean(parameter && parameter.log);
   const to = log ? Math.log10 : (v) => v;
   const from = log ? (v) => 10 ** v : (v) => v;
   return {
     field,
-    label: log ? `${label} (log)` : label,
+    label: log ? `${label} (log10)` : label,
+    read,
     position: to,
-    ticks: log ? logTicks(parameter) : {},
+    ticks: {},
     multiselect: false,
     condition: ([[lo, hi]]) => ({ min: from(lo), max: from(hi) }),
     // [lo, hi] are the drawn values' extremes on the axis, for an open end.
@@ -47,13 +60,6 @@ function axisOf(field, label, parameter) {
         ? []
         : [[condition.min === undefined ? lo : to(condition.min), condition.max === undefined ? hi : to(condition.max)]],
   };
-}
-
-// Ticks at the powers of ten within a log parameter's bounds, labelled with the real values.
-function logTicks(parameter) {
-  const tickvals = [];
-  for (let e = Math.ceil(Math.log10(parameter.low)); e <= Math.log10(parameter.high); e++) tickvals.push(e);
-  return { tickvals, ticktext: tickvals.map((e) => `1e${e}`) };
 }
 
 // Brushed ranges as a list of [lo, hi], whatever shape Plotly keeps them in.
@@ -72,7 +78,7 @@ export class ParallelCoordinates {
     // Per field, the condition (as JSON) the drawn brushes stand for.
     this.shown = new Map();
     onFilterChange(() => {
-      if (this.axes.length && !this.showsFilter()) this.draw();
+      if (this.points.length && !this.showsFilter()) this.draw();
     });
   }
 
@@ -81,8 +87,10 @@ export class ParallelCoordinates {
     const parameters = study.parameters.filter((p) => p.type !== "fixed");
     const data = await getJson(`/v1/studies/${this.studyId}/points`, { max_points: MAX_POINTS });
     this.axes = [
-      ...parameters.map((p) => axisOf(`params.${p.name}`, p.name, p)),
-      ...study.objectives.map((o) => axisOf(`values.${o.name}`, `${o.name} (${o.goal === "maximize" ? "max" : "min"})`)),
+      ...parameters.map((p) => axisOf(`params.${p.name}`, p.name, (point) => point.params[p.name], p)),
+      ...study.objectives.map((o) =>
+        axisOf(`values.${o.name}`, `${o.name} (${o.goal === "maximize" ? "max" : "min"})`, (point) => point.values[o.name]),
+      ),
     ];
     this.firstObjective = study.objectives[0].name;
     // A line needs a value on every axis.
@@ -95,10 +103,7 @@ export class ParallelCoordinates {
   }
 
   dimension(axis) {
-    const values = this.points.map((p) => {
-      const [kind, ...name] = axis.field.split(".");
-      return axis.position((kind === "params" ? p.params : p.values)[name.join(".")]);
-    });
+    const values = this.points.map((p) => axis.position(axis.read(p)));
     const dimension = { name: axis.field, label: axis.label, values, multiselect: axis.multiselect, ...axis.ticks };
     const condition = filterConditions().get(axis.field);
     if (condition) {
