@@ -94,6 +94,6 @@ export class TableFilters {
       low.value = condition.min ?? "";
       high.value = condition.max ?? "";
     });
-    return el("label", { class: "filter-range" }, label, low, high);
+    return el("label", { class: "filter-range" }, label, el("span", {}, low, high));
   }
 }
