@@ -30,6 +30,8 @@ PARAMETERS = [
 ]
 OBJECTIVES = [{"name": "loss", "goal": "minimize"}, {"name": "acc", "goal": "maximize"}]
 TRIALS = 40
+#: Trial 38's failure, a formula for a spreadsheet that opened the CSV.
+REASON = '=HYPERLINK("http://example.invalid")'
 #: The parallel coordinates' axes, in order: the parameters, then the objectives.
 AXES = ["params.x", "params.lr", "params.n", "params.act", "values.loss", "values.acc"]
 #: How many lines the parallel coordinates draw.
@@ -47,9 +49,9 @@ def _params(i: int) -> dict[str, Any]:
 
 def _told(i: int) -> dict[str, Any]:
     p = _params(i)
-    return (
-        {"values": {"loss": p["x"] ** 2, "acc": float(p["n"])}} if i < 38 else {"state": "failed"}
-    )
+    if i < 38:
+        return {"values": {"loss": p["x"] ** 2, "acc": float(p["n"])}}
+    return {"state": "failed", "reason": REASON}
 
 
 @pytest.fixture
@@ -231,6 +233,15 @@ def test_the_table_filter_inputs_and_the_duration_and_worker_sorts(server, api, 
     page.click("#clear-filter")
     _wait_for_table(watched, list(reversed(range(TRIALS))))
     assert page.locator("#trial-filters [name='worker_id']").input_value() == ""
+    assert not page.locator("#trial-filters input[name='state'][value='completed']").is_checked()
+    page.check("#trial-filters input[name='state'][value='failed']")
+    _wait_for_table(watched, [38])
+    with page.expect_download() as download:
+        page.click("#download-csv")
+    rows = list(csv.reader(io.StringIO(download.value.path().read_text(encoding="utf-8"))))
+    assert [(r[0], r[-1]) for r in rows[1:]] == [("38", "'" + REASON)]
+    page.click("#clear-filter")
+    _wait_for_table(watched, list(reversed(range(TRIALS))))
     page.click("#trials th[data-key='duration']")
     page.wait_for_selector("#trials th.sorted-asc[data-key='duration']")
     by_duration = _api_numbers(api, sid, "{}", sort="duration")
