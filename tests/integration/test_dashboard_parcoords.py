@@ -1,8 +1,8 @@
 """The study page's parallel coordinates and trial filter in a real Chromium against a real
-two-worker server (SQLite and PostgreSQL): brushing an axis filters the trial table, the
-history, the Pareto view and the CSV download, exactly as the API filters; the table's own
-filter inputs set the same filter; the table sorts by duration and worker. Screenshots go to
-test-artifacts/dashboard/."""
+two-worker server (SQLite and PostgreSQL): brushing an axis (through Plotly.restyle, as a
+brush does, and with the mouse) filters the trial table, the history, the Pareto view and the
+CSV download, exactly as the API filters; the table's own filter inputs set the same filter;
+the table sorts by duration and worker. Screenshots go to test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
@@ -195,6 +195,24 @@ def test_brushing_the_parallel_coordinates_filters_every_view(server, api, sid, 
     assert page.evaluate(
         "document.getElementById('parcoords').data[0].dimensions.every(d => !d.constraintrange)"
     )
+
+    # A user's drag along the n axis, and a click on the axis off the brush, which clears it.
+    page.locator("#parcoords").scroll_into_view_if_needed()
+    box = page.locator("#parcoords .axis-brush").nth(AXES.index("params.n")).bounding_box()
+    assert box is not None
+    middle = box["x"] + box["width"] / 2
+    page.mouse.move(middle, box["y"] + box["height"] * 0.2)
+    page.mouse.down()
+    page.mouse.move(middle, box["y"] + box["height"] * 0.5, steps=10)
+    page.mouse.up()
+    page.wait_for_selector("#filter-summary:not([hidden])")
+    assert set(json.loads(_shown_filter(watched))) == {"params.n"}
+    dragged = _api_numbers(api, sid, _shown_filter(watched), order="desc")
+    assert 0 < len(dragged) < TRIALS
+    _wait_for_table(watched, dragged)
+    page.mouse.click(middle, box["y"] + box["height"] * 0.9)
+    page.wait_for_selector("#filter-summary[hidden]", state="attached")
+    _wait_for_table(watched, list(reversed(range(TRIALS))))
 
     # The chart follows the study live: the running trial told shows as a 39th line.
     r = api.post(f"/v1/studies/{sid}/trials/39/tell", json={"values": {"loss": 0.5, "acc": 2.0}})

@@ -96,8 +96,8 @@ export class ParallelCoordinates {
     // A line needs a value on every axis.
     this.points = data.points.filter((p) => p.values);
     this.note.textContent = data.downsampled
-      ? `${this.points.length} of ${data.matched} completed trials drawn: evenly over trial numbers and each objective's best. Drag along an axis to filter the page; the filter line above clears it.`
-      : `${this.points.length} completed trials. Drag along an axis to filter the page; the filter line above clears it.`;
+      ? `${this.points.length} of ${data.matched} completed trials drawn: evenly over trial numbers and each objective's best. Drag along an axis to filter the page; click the axis off the brush to clear it.`
+      : `${this.points.length} completed trials. Drag along an axis to filter the page; click the axis off the brush to clear it.`;
     this.node.hidden = !this.points.length;
     if (this.points.length) await this.draw();
   }
