@@ -4,6 +4,7 @@
 // the feasible front by trial number.
 /* global Plotly */
 import { getJson } from "./api.js";
+import { filterQuery } from "./filters.js";
 import { number } from "./format.js";
 
 const KINDS = {
@@ -126,7 +127,9 @@ function note(pareto) {
 export async function showPareto(studyId, study) {
   const section = document.getElementById("pareto-view");
   if (!hasParetoView(study)) return;
-  const pareto = await getJson(`/v1/studies/${studyId}/pareto`, { max_points: 2000 });
+  const filter = filterQuery();
+  const pareto = await getJson(`/v1/studies/${studyId}/pareto`, { max_points: 2000, filter });
+  if (filter !== filterQuery()) return; // the filter changed meanwhile: a later call draws
   section.hidden = false;
   const front = document.getElementById("pareto");
   const hypervolume = document.getElementById("hypervolume");

@@ -8,6 +8,9 @@ import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
 import { RunningPanel } from "./running.js";
 import { downloadCsv } from "./trials-csv.js";
+import { filterQuery, onFilterChange } from "./filters.js";
+import { ParallelCoordinates } from "./parcoords.js";
+import { showFilterSummary, TableFilters } from "./trial-filters.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
@@ -25,6 +28,18 @@ const running = new RunningPanel(
 document.getElementById("download-csv").addEventListener("click", () =>
   downloadCsv(table.study, table.sort, table.order).catch(showError),
 );
+const parcoords = new ParallelCoordinates(
+  studyId,
+  document.getElementById("parcoords"),
+  document.getElementById("parcoords-note"),
+);
+const tableFilters = new TableFilters(document.getElementById("trial-filters"));
+showFilterSummary(document.getElementById("filter-summary"));
+// Every view but the parallel coordinates (which draw their brushes) reads the filtered trials.
+onFilterChange(() => {
+  if (!table.study) return;
+  Promise.all([showHistory(), table.filtered(), showPareto(studyId, table.study)]).then(clearError, showError);
+});
 
 function fact(label, ...value) {
   return el("div", {}, el("span", {}, label), ...value);
@@ -48,7 +63,9 @@ function showFacts(study) {
 }
 
 async function showHistory() {
-  const history = await getJson(`/v1/studies/${studyId}/history`, { max_points: 2000 });
+  const filter = filterQuery();
+  const history = await getJson(`/v1/studies/${studyId}/history`, { max_points: 2000, filter });
+  if (filter !== filterQuery()) return; // the filter changed meanwhile: a later call draws
   const node = document.getElementById("history");
   await drawHistory(node, history);
   node.dataset.points = history.points.length;
@@ -64,6 +81,8 @@ subscribe(
     controls.show(study);
     await Promise.all([showHistory(), table.show(study), running.show()]);
     await showPareto(studyId, study);
+    tableFilters.show(study);
+    await parcoords.show(study);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();

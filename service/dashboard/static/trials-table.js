@@ -1,9 +1,20 @@
 // The trial table: one page at a time from GET /v1/studies/{id}/trials, sorted and paged on the
 // server (numeric sorting on values and numeric parameters), so it stays fast on large studies.
+// It shows the trials that pass the page's filter (filters.js).
 import { getJson } from "./api.js";
+import { filterQuery } from "./filters.js";
 import { ago, el, number } from "./format.js";
 
 const PAGE_SIZE = 50;
+
+// From a trial's start to its completion (the server's `duration` field), blank without one.
+function duration(trial) {
+  if (!trial.started_at || !trial.completed_at) return "";
+  const s = (Date.parse(trial.completed_at) - Date.parse(trial.started_at)) / 1000;
+  if (s < 60) return `${number(Math.round(s * 1000) / 1000)} s`;
+  if (s < 3600) return `${number(Math.round(s / 6) / 10)} min`;
+  return `${number(Math.round(s / 360) / 10)} h`;
+}
 
 export class TrialsTable {
   constructor(studyId, table, pager) {
@@ -36,7 +47,8 @@ export class TrialsTable {
         cell: (t) => number(t.params[p.name]),
         numeric: p.type === "float" || p.type === "int",
       })),
-      { key: "worker", label: "Worker", cell: (t) => t.worker_id || "" },
+      { key: "worker_id", label: "Worker", cell: (t) => t.worker_id || "" },
+      { key: "duration", label: "Duration", cell: duration, numeric: true },
       { key: "completed_at", label: "Finished", cell: (t) => ago(t.completed_at) },
     ];
   }
@@ -52,6 +64,7 @@ export class TrialsTable {
       order: this.order,
       offset: this.offset,
       limit: PAGE_SIZE,
+      filter: filterQuery(),
     });
     if (request !== this.request) return;
     const columns = this.columns();
@@ -68,9 +81,15 @@ export class TrialsTable {
       ),
     );
     const last = this.offset + page.data.length;
-    this.pager.info.textContent = this.total
-      ? `trials ${this.offset + 1}-${last} of ${this.total}`
-      : "no trials yet";
+    if (filterQuery()) {
+      this.pager.info.textContent = page.data.length
+        ? `trials ${this.offset + 1}-${last} of those that pass the filter`
+        : "no trial passes the filter";
+    } else {
+      this.pager.info.textContent = this.total
+        ? `trials ${this.offset + 1}-${last} of ${this.total}`
+        : "no trials yet";
+    }
     this.pager.previous.disabled = this.offset === 0;
     this.pager.next.disabled = page.next_cursor === null;
   }
@@ -80,17 +99,21 @@ export class TrialsTable {
   }
 
   header(column) {
-    const sortable = column.key !== "worker";
-    const classes = [sortable ? "sortable" : ""];
+    const classes = ["sortable"];
     if (column.key === this.sort) classes.push(`sorted-${this.order}`);
-    const attributes = { class: classes.join(" "), "data-key": column.key };
-    if (sortable) attributes.onclick = () => this.sortBy(column.key);
+    const attributes = { class: classes.join(" "), "data-key": column.key, onclick: () => this.sortBy(column.key) };
     return el("th", attributes, column.label);
   }
 
   sortBy(key) {
     this.order = key === this.sort && this.order === "asc" ? "desc" : "asc";
     this.sort = key;
+    this.offset = 0;
+    return this.show(this.study);
+  }
+
+  // The filter changed: its first page.
+  filtered() {
     this.offset = 0;
     return this.show(this.study);
   }
