@@ -5,61 +5,90 @@ thousand points, never every trial."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Row, select
 from sqlalchemy.engine import Connection
 
 from client.models import FINISHED_STATES, HistoryPoint, StudyHistory
+from service.problem import ParsedStudy
 from service.store import Store, find_study, trials_t
+
+K = TypeVar("K")
 
 
 def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) -> StudyHistory:
+    """The history, computed once per study revision (``Store.charts``): every change to a
+    study's trials bumps its revision, so a page refreshing an unchanged study reads only the
+    study row."""
+
     def fn(conn: Connection) -> StudyHistory:
-        find_study(conn, tenant_id, study_id)
-        parsed = store.parsed_study(conn, study_id)
-        names = list(parsed.objective_names)
-        rows = objective_rows(conn, study_id, names, FINISHED_STATES)
-        Y = np.array([r[3:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
-        numbers = np.array([r.number for r in rows], dtype=np.int64)
-        has = np.logical_not(np.isnan(Y).any(axis=1))
-        completed = np.array([r.state == "completed" for r in rows], dtype=bool)
-        keep = (
-            np.arange(len(rows)) if len(rows) <= max_points else _extremes(Y, completed, max_points)
-        )
-        feasible = completed & np.array([r.feasible is True for r in rows], dtype=bool)
-        best = {
-            name: _best_so_far(numbers[feasible], Y[feasible, j] * sign, sign, max_points)
-            for j, (name, sign) in enumerate(zip(names, parsed.signs, strict=True))
-        }
-        return StudyHistory(
-            objectives=names,
-            finished=len(rows),
-            downsampled=len(keep) < len(rows),
-            points=[
-                HistoryPoint(
-                    number=rows[i].number,
-                    state=rows[i].state,
-                    values=dict(zip(names, Y[i].tolist(), strict=True)) if has[i] else None,
-                )
-                for i in keep.tolist()
-            ],
-            best=best,
+        revision = find_study(conn, tenant_id, study_id, columns=("id", "revision")).revision
+        return store.charts.get(
+            ("history", study_id, revision, max_points),
+            lambda: _history(conn, store.parsed_study(conn, study_id), study_id, max_points),
         )
 
     return store.db.read(fn)
 
 
+def _history(conn: Connection, parsed: ParsedStudy, study_id: int, max_points: int) -> StudyHistory:
+    names = list(parsed.objective_names)
+    rows = objective_rows(conn, study_id, names, FINISHED_STATES, with_completed_at=True)
+    m = len(names)
+    Y = np.array([r[3 : 3 + m] for r in rows], dtype=np.float64).reshape(len(rows), m)
+    numbers = [r.number for r in rows]
+    times = [r.completed_at for r in rows]
+    has = np.logical_not(np.isnan(Y).any(axis=1))
+    completed = np.array([r.state == "completed" for r in rows], dtype=bool)
+    keep = np.arange(len(rows)) if len(rows) <= max_points else _extremes(Y, completed, max_points)
+    feasible = np.flatnonzero(completed & np.array([r.feasible is True for r in rows], dtype=bool))
+    # Completion order of the feasible trials with a completion time (by number on a tie).
+    timed = [int(i) for i in feasible if times[i] is not None]
+    timed.sort(key=lambda i: (times[i], numbers[i]))
+    by_number = [numbers[i] for i in feasible]
+    best: dict[str, list[tuple[int, float]]] = {}
+    best_by_time: dict[str, list[tuple[datetime, float]]] = {}
+    for j, (name, sign) in enumerate(zip(names, parsed.signs, strict=True)):
+        best[name] = _best_so_far(by_number, Y[feasible, j] * sign, sign, max_points)
+        best_by_time[name] = _best_so_far(
+            [times[i] for i in timed], Y[timed, j] * sign, sign, max_points
+        )
+    return StudyHistory(
+        objectives=names,
+        finished=len(rows),
+        downsampled=len(keep) < len(rows),
+        points=[
+            HistoryPoint(
+                number=numbers[i],
+                state=rows[i].state,
+                values=dict(zip(names, Y[i].tolist(), strict=True)) if has[i] else None,
+                completed_at=times[i],
+            )
+            for i in keep.tolist()
+        ],
+        best=best,
+        best_by_time=best_by_time,
+    )
+
+
 def objective_rows(
-    conn: Connection, study_id: int, names: list[str], states: Collection[str]
+    conn: Connection,
+    study_id: int,
+    names: list[str],
+    states: Collection[str],
+    with_completed_at: bool = False,
 ) -> Sequence[Row[Any]]:
     """``number, state, feasible`` and each objective in ``names`` (``None`` where missing) of
-    the study's trials in ``states``, by number. The objectives are read as numbers in SQL:
-    decoding every trial's JSON would cost most of the time of a large study's read."""
+    the study's trials in ``states``, by number, then ``completed_at`` if asked. The objectives
+    are read as numbers in SQL: decoding every trial's JSON would cost most of the time of a
+    large study's read."""
     objectives = [trials_t.c["values"][n].as_float() for n in names]
+    times = [trials_t.c.completed_at] if with_completed_at else []
     return conn.execute(
-        select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives)
+        select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives, *times)
         .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states))
         .order_by(trials_t.c.number)
     ).all()
@@ -84,11 +113,12 @@ def _extremes(Y: np.ndarray, completed: np.ndarray, max_points: int) -> np.ndarr
 
 
 def _best_so_far(
-    numbers: np.ndarray, minimized: np.ndarray, sign: float, max_points: int
-) -> list[tuple[int, float]]:
-    """The ``[number, value]`` steps where the running best improves; ``minimized`` is the
-    objective times ``sign`` (so lower is better). A curve of more steps than ``max_points``
-    keeps every so many, and always its last."""
+    keys: Sequence[K], minimized: np.ndarray, sign: float, max_points: int
+) -> list[tuple[K, float]]:
+    """The ``[key, value]`` steps where the running best improves, the trials in the order of
+    ``keys`` (their numbers or completion times); ``minimized`` is the objective times ``sign``
+    (so lower is better). A curve of more steps than ``max_points`` keeps every so many, and
+    always its last."""
     if not len(minimized):
         return []
     running = np.minimum.accumulate(minimized)
@@ -96,4 +126,4 @@ def _best_so_far(
     if len(improves) > max_points:
         improves = np.r_[improves[:: -(-len(improves) // max_points)][:-1], improves[-1]]
         improves = np.unique(improves)
-    return [(int(numbers[i]), float(running[i] * sign)) for i in improves]
+    return [(keys[i], float(running[i] * sign)) for i in improves.tolist()]

@@ -47,7 +47,9 @@ router = api_router("/v1/studies/{study_id}", "trials")
 @router.post(
     "/ask",
     response_model=AskResponse,
-    responses=problems(*WRITE, *STUDY, *CONFIG, ProblemCode.STUDY_NOT_ACTIVE),
+    responses=problems(
+        *WRITE, *STUDY, *CONFIG, ProblemCode.STUDY_NOT_ACTIVE, ProblemCode.MAX_TRIALS_REACHED
+    ),
 )
 def ask(
     study_id: StudyId, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
