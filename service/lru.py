@@ -32,7 +32,7 @@ class LruCache:
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
-                return self._entries[key]  # type: ignore[no-any-return]
+                return self._entries[key]
         value = compute()
         if self.max_entries > 0:
             with self._lock:

@@ -142,8 +142,8 @@ class StudiesQuery:
     """Which studies the list serves (every filter optional) and in which order.
 
     ``states``: any of these states; ``engine``: the engine's name; ``q``: a case-insensitive
-    substring of the name; ``sort``: one of ``StudySort`` (``trials``: the number of trials,
-    of any state). In id order the cursor is the last id served (a page stays right while
+    substring of the name; ``sort``: one of ``StudySort`` (``name`` ignores case; ``trials``:
+    the number of trials, of any state); ties in id order. In id order the cursor is the last id served (a page stays right while
     studies are added); in any other order it is the offset of the next page, as for trials.
     """
 
@@ -164,6 +164,8 @@ def _study_order(sort: str) -> ColumnElement[Any]:
             .correlate(studies_t)
             .scalar_subquery()
         )
+    if sort == "name":
+        return func.lower(studies_t.c.name)  # the same order on every database
     return studies_t.c[sort]
 
 
