@@ -143,8 +143,9 @@ class StudiesQuery:
 
     ``states``: any of these states; ``engine``: the engine's name; ``q``: a case-insensitive
     substring of the name; ``sort``: one of ``StudySort`` (``name`` ignores case; ``trials``:
-    the number of trials, of any state); ties in id order. In id order the cursor is the last id served (a page stays right while
-    studies are added); in any other order it is the offset of the next page, as for trials.
+    the number of trials, of any state); ties in id order. In id order the cursor is the last
+    id served (a page stays right while studies are added); in any other order it is the offset
+    of the next page, as for trials.
     """
 
     states: Sequence[str] = ()
