@@ -197,6 +197,11 @@ def list_studies(
     return _listing("/v1/studies", decoder(StudiesPage), params)
 
 
+def engine_names(client: object) -> Op[list[str]]:
+    """The engines the server runs, by name."""
+    return (yield Call("GET", "/v1/engines", decoder(list[str])))
+
+
 def import_study(
     client: object, export: StudyExport | dict[str, Any], name: str | None = None
 ) -> Op[StudyPublic]:

@@ -98,3 +98,8 @@ def test_a_bad_sort_state_or_cursor_is_refused(http):
     assert http.get("/v1/studies", params={"state": "gone"}).status_code == 422
     r = http.get("/v1/studies", params={"cursor": "x"})
     assert r.status_code == 422 and r.json()["code"] == "invalid_cursor"
+
+
+def test_engines_lists_the_names_a_study_may_use(http):
+    names = http.get("/v1/engines").json()
+    assert names == sorted(names) and {"random", "gp"} <= set(names)

@@ -95,6 +95,7 @@ def test_list_filters_and_the_trial_budget(sqlite_url):
         await study.optimize(lambda p: p["x"] ** 2, n_trials=10, n_workers=2, progress=False)
         assert (await study.refresh()).trial_counts == {"completed": 3}
         assert (await study.update(max_trials=None)).max_trials is None
+        assert "random" in await client.engine_names()
 
     run(body, sqlite_url)
 

@@ -106,6 +106,7 @@ def test_list_filters_and_the_trial_budget(client):
     assert study.update(max_trials=5).max_trials == 5
     assert study.update(state="paused").max_trials == 5
     assert study.update(max_trials=None).max_trials is None
+    assert "random" in client.engine_names()
 
 
 def test_update_and_delete(client):
