@@ -8,6 +8,8 @@ import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
 import { RunningPanel } from "./running.js";
 import { downloadCsv } from "./trials-csv.js";
+import { axisToggle } from "./history-axis.js";
+import { budget } from "./budget.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
@@ -26,6 +28,12 @@ document.getElementById("download-csv").addEventListener("click", () =>
   downloadCsv(table.study, table.sort, table.order).catch(showError),
 );
 
+// The history last drawn, redrawn when the x axis changes.
+let lastHistory = null;
+const historyAxis = axisToggle(document.getElementById("history-axis-control"), () => {
+  if (lastHistory) drawHistory(document.getElementById("history"), lastHistory, historyAxis()).catch(showError);
+});
+
 function fact(label, ...value) {
   return el("div", {}, el("span", {}, label), ...value);
 }
@@ -41,6 +49,7 @@ function showFacts(study) {
     fact("State", el("b", { id: "study-state" }, study.state)),
     fact("Engine", study.engine.name),
     fact("Trials", stateCounts(study.trial_counts)),
+    ...(study.max_trials ? [fact("Budget", budget(study))] : []),
     fact("Best", el("b", { id: "best" }, best || "-")),
     fact("Last activity", ago(study.updated_at)),
     fact("Revision", study.revision),
@@ -50,7 +59,8 @@ function showFacts(study) {
 async function showHistory() {
   const history = await getJson(`/v1/studies/${studyId}/history`, { max_points: 2000 });
   const node = document.getElementById("history");
-  await drawHistory(node, history);
+  lastHistory = history;
+  await drawHistory(node, history, historyAxis());
   node.dataset.points = history.points.length;
   document.getElementById("history-note").textContent = history.downsampled
     ? `${history.points.length} of ${history.finished} finished trials drawn: each stretch's extremes and failures.`
