@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-#: Entries ``Store.charts`` keeps: a history answer is at most about 1 MB of objects.
+#: Entries ``Store.charts`` keeps: a history answer is at most about 1 MB of JSON.
 DEFAULT_ENTRIES = 64
 
 

@@ -19,16 +19,21 @@ from service.store import Store, find_study, trials_t
 K = TypeVar("K")
 
 
-def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) -> StudyHistory:
-    """The history, computed once per study revision (``Store.charts``): every change to a
-    study's trials bumps its revision, so a page refreshing an unchanged study reads only the
-    study row."""
+def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) -> bytes:
+    """The history as JSON (a ``StudyHistory``), computed once per study revision and kept
+    serialized in ``Store.charts``: every change to a study's trials bumps its revision, so a
+    page refreshing an unchanged study reads only the study row, and an entry takes the size
+    of the answer (at most about 1 MB at ``max_points=10000``)."""
 
-    def fn(conn: Connection) -> StudyHistory:
+    def fn(conn: Connection) -> bytes:
         revision = find_study(conn, tenant_id, study_id, columns=("id", "revision")).revision
         return store.charts.get(
             ("history", study_id, revision, max_points),
-            lambda: _history(conn, store.parsed_study(conn, study_id), study_id, max_points),
+            lambda: (
+                _history(conn, store.parsed_study(conn, study_id), study_id, max_points)
+                .model_dump_json()
+                .encode()
+            ),
         )
 
     return store.db.read(fn)

@@ -29,6 +29,7 @@ from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
     CONFIG,
+    JSON,
     RESULTS,
     STUDY,
     TRIAL,
@@ -109,10 +110,11 @@ def history(
     store: StoreDep,
     tenant: TenantDep,
     max_points: Annotated[int, Query(ge=10, le=10_000)] = 2000,
-) -> StudyHistory:
-    """The finished trials' values and each objective's best-so-far curve, for a chart: at
-    most ``max_points`` trials (downsampled on the server) and steps per curve."""
-    return progress.study_history(store, tenant, study_id, max_points)
+) -> Response:
+    """The finished trials' values and completion times and each objective's best-so-far
+    curve, by trial number and by time, for a chart: at most ``max_points`` trials
+    (downsampled on the server) and steps per curve. Cached per study revision."""
+    return Response(progress.study_history(store, tenant, study_id, max_points), media_type=JSON)
 
 
 @router.get("/pareto", response_model=StudyPareto, responses=problems(*STUDY))
