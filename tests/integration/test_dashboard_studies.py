@@ -108,7 +108,9 @@ def test_compare_draws_one_series_per_chosen_study(server: Server, api, watched)
             _completed(api, sid, float(i), 10.0 - i - k)
     page = watched.page
     page.goto(f"{server.url}/dashboard")
-    page.wait_for_selector(f"tr[data-study='{chosen[2]}']")
+    # Every row's sparkline first: leaving the page would cut its request.
+    for sid in chosen:
+        page.wait_for_selector(f"tr[data-study='{sid}'] svg.sparkline")
     assert page.locator("#compare").is_disabled()
     page.check(f"tr[data-study='{chosen[0]}'] input.pick")
     page.check(f"tr[data-study='{chosen[2]}'] input.pick")
