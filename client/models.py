@@ -30,6 +30,8 @@ from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
 from client.progress_models import HistoryPoint as HistoryPoint
 from client.progress_models import StudyHistory as StudyHistory
+from client.progress_models import StudyPoints as StudyPoints
+from client.progress_models import TrialPoint as TrialPoint
 from client.sampler_models import GaussianInit as GaussianInit
 from client.sampler_models import PointsInit as PointsInit
 from client.sampler_models import SamplerAsk as SamplerAsk

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from client._wire import TrialState
+from client._wire import ParamValue, TrialState
 
 
 class HistoryPoint(BaseModel):
@@ -34,3 +34,23 @@ class StudyHistory(BaseModel):
     #: The same curve in completion order, as ``[completed_at, value]`` where it improves:
     #: the best known at each time (for a time axis; trials without a time are left out).
     best_by_time: dict[str, list[tuple[datetime, float]]] = Field(default_factory=dict)
+
+
+class TrialPoint(BaseModel):
+    number: int
+    state: TrialState
+    params: dict[str, ParamValue]
+    values: dict[str, float] | None = None
+
+
+class StudyPoints(BaseModel):
+    """A study's trials in parameter and objective space, for parallel coordinates, slice and
+    contour charts: every trial that passed the filter, or at most the asked number when
+    ``downsampled`` (spread evenly over trial numbers, plus each objective's best trials)."""
+
+    objectives: list[str]
+    parameters: list[str]
+    #: Trials in the asked states that passed the filter, before downsampling.
+    matched: int
+    downsampled: bool
+    points: list[TrialPoint]

@@ -5,17 +5,15 @@ front as trials arrive (``engines.metrics``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from client.models import ParetoKind, ParetoPoint, StudyPareto
 from engines.metrics import front_lifetimes, hypervolume
 from service.problem import ParsedStudy
-from service.progress import objective_rows
-from service.store import Store, find_study, trials_t
+from service.progress import evenly, objective_rows, trial_params
+from service.store import Store, find_study
+from service.trial_fields import filter_clauses
 
 #: Steps of the hypervolume curve at most: each step is one hypervolume computation.
 HYPERVOLUME_STEPS = 100
@@ -24,16 +22,19 @@ HYPERVOLUME_STEPS = 100
 #: when its fronts are long, down to the last one alone, and none past that (p > 316).
 HYPERVOLUME_WORK = 100_000
 KINDS: tuple[ParetoKind, ...] = ("non_dominated", "dominated", "infeasible")
-#: Trial numbers per ``IN (...)`` list when reading the kept trials' parameters.
-_NUMBERS_PER_QUERY = 500
 
 
-def study_pareto(store: Store, tenant_id: int, study_id: int, max_points: int) -> StudyPareto:
+def study_pareto(
+    store: Store, tenant_id: int, study_id: int, max_points: int, trial_filter: str | None = None
+) -> StudyPareto:
+    """The front of the completed trials that pass ``trial_filter`` (``service.trial_fields``)."""
+
     def fn(conn: Connection) -> StudyPareto:
         find_study(conn, tenant_id, study_id)
         parsed = store.parsed_study(conn, study_id)
         names = list(parsed.objective_names)
-        rows = objective_rows(conn, study_id, names, ("completed",))
+        where = filter_clauses(parsed, trial_filter)
+        rows = objective_rows(conn, study_id, names, ("completed",), where)
         values = np.array([r[3:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
         has = ~np.isnan(values).any(axis=1)
         numbers = np.array([r.number for r in rows], dtype=np.int64)[has]
@@ -48,9 +49,9 @@ def study_pareto(store: Store, tenant_id: int, study_id: int, max_points: int) -
         kinds[front] = "non_dominated"
         others = np.flatnonzero(kinds != "non_dominated")
         if len(others) > max_points:
-            others = others[_evenly(len(others), max_points)]
+            others = others[evenly(len(others), max_points)]
         keep = np.union1d(front, others).astype(np.int64)
-        params = _params(conn, study_id, numbers[keep].tolist())
+        params = trial_params(conn, study_id, numbers[keep].tolist())
         return StudyPareto(
             objectives=names,
             goals={o.name: o.goal for o in parsed.config.objectives},
@@ -74,29 +75,10 @@ def study_pareto(store: Store, tenant_id: int, study_id: int, max_points: int) -
     return store.db.read(fn)
 
 
-def _evenly(n: int, k: int) -> np.ndarray:
-    """``k`` indices into ``n > k`` items, increasing and evenly spread: the last always, the
-    first too when ``k > 1``."""
-    return np.unique(np.linspace(n - 1, 0, k).round().astype(np.int64))
-
-
 def _reference(parsed: ParsedStudy) -> dict[str, float] | None:
     if parsed.problem.reference_point is None:
         return None
     return {o.name: float(o.reference or 0.0) for o in parsed.config.objectives}
-
-
-def _params(conn: Connection, study_id: int, numbers: list[int]) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(numbers), _NUMBERS_PER_QUERY):
-        chunk = numbers[start : start + _NUMBERS_PER_QUERY]
-        rows = conn.execute(
-            select(trials_t.c.number, trials_t.c.params).where(
-                trials_t.c.study_id == study_id, trials_t.c.number.in_(chunk)
-            )
-        )
-        out.update((number, params) for number, params in rows)
-    return out
 
 
 def _hypervolume_steps(
@@ -112,7 +94,7 @@ def _hypervolume_steps(
     m = Y.shape[1]
     count = min(len(joined), HYPERVOLUME_STEPS)
     while True:
-        steps = joined[_evenly(len(joined), count)] if count < len(joined) else joined
+        steps = joined[evenly(len(joined), count)] if count < len(joined) else joined
         fronts = [joined[(joined <= k) & (left > k)] for k in steps.tolist()]
         if m < 3 or sum(len(f) ** (m - 1) for f in fronts) <= HYPERVOLUME_WORK:
             break

@@ -11,26 +11,36 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy import Row, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from client.models import FINISHED_STATES, HistoryPoint, StudyHistory
 from service.problem import ParsedStudy
 from service.store import Store, find_study, trials_t
+from service.trial_fields import filter_clauses
+
+#: Trial numbers per ``IN (...)`` list when reading the drawn trials' parameters.
+_NUMBERS_PER_QUERY = 500
 
 K = TypeVar("K")
 
 
-def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) -> bytes:
-    """The history as JSON (a ``StudyHistory``), computed once per study revision and kept
-    serialized in ``Store.charts``: every change to a study's trials bumps its revision, so a
-    page refreshing an unchanged study reads only the study row, and an entry takes the size
-    of the answer (at most about 1 MB at ``max_points=10000``)."""
+def study_history(
+    store: Store, tenant_id: int, study_id: int, max_points: int, trial_filter: str | None = None
+) -> bytes:
+    """The history of the finished trials that pass ``trial_filter`` (``service.trial_fields``)
+    as JSON (a ``StudyHistory``), computed once per study revision and kept serialized in
+    ``Store.charts``: every change to a study's trials bumps its revision, so a page refreshing
+    an unchanged study reads only the study row, and an entry takes the size of the answer (at
+    most about 1 MB at ``max_points=10000``)."""
 
     def fn(conn: Connection) -> bytes:
         revision = find_study(conn, tenant_id, study_id, columns=("id", "revision")).revision
         return store.charts.get(
-            ("history", study_id, revision, max_points),
+            ("history", study_id, revision, max_points, trial_filter),
             lambda: (
-                _history(conn, store.parsed_study(conn, study_id), study_id, max_points)
+                _history(
+                    conn, store.parsed_study(conn, study_id), study_id, max_points, trial_filter
+                )
                 .model_dump_json()
                 .encode()
             ),
@@ -39,9 +49,12 @@ def study_history(store: Store, tenant_id: int, study_id: int, max_points: int) 
     return store.db.read(fn)
 
 
-def _history(conn: Connection, parsed: ParsedStudy, study_id: int, max_points: int) -> StudyHistory:
+def _history(
+    conn: Connection, parsed: ParsedStudy, study_id: int, max_points: int, trial_filter: str | None
+) -> StudyHistory:
     names = list(parsed.objective_names)
-    rows = objective_rows(conn, study_id, names, FINISHED_STATES, with_completed_at=True)
+    where = filter_clauses(parsed, trial_filter)
+    rows = objective_rows(conn, study_id, names, FINISHED_STATES, where, with_completed_at=True)
     m = len(names)
     Y = np.array([r[3 : 3 + m] for r in rows], dtype=np.float64).reshape(len(rows), m)
     numbers = [r.number for r in rows]
@@ -84,19 +97,41 @@ def objective_rows(
     study_id: int,
     names: list[str],
     states: Collection[str],
+    where: Sequence[ColumnElement[bool]] = (),
     with_completed_at: bool = False,
 ) -> Sequence[Row[Any]]:
     """``number, state, feasible`` and each objective in ``names`` (``None`` where missing) of
-    the study's trials in ``states``, by number, then ``completed_at`` if asked. The objectives
-    are read as numbers in SQL: decoding every trial's JSON would cost most of the time of a
-    large study's read."""
+    the study's trials in ``states`` that meet ``where``, by number, then ``completed_at`` if
+    asked. The objectives are read as numbers in SQL: decoding every trial's JSON would cost
+    most of the time of a large study's read."""
     objectives = [trials_t.c["values"][n].as_float() for n in names]
     times = [trials_t.c.completed_at] if with_completed_at else []
     return conn.execute(
         select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives, *times)
-        .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states))
+        .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states), *where)
         .order_by(trials_t.c.number)
     ).all()
+
+
+def evenly(n: int, k: int) -> np.ndarray:
+    """``k`` indices into ``n > k`` items, increasing and evenly spread: the last always, the
+    first too when ``k > 1``."""
+    return np.unique(np.linspace(n - 1, 0, k).round().astype(np.int64))
+
+
+def trial_params(conn: Connection, study_id: int, numbers: list[int]) -> dict[int, dict[str, Any]]:
+    """The parameters of the study's trials ``numbers``, by number: the charts read the JSON
+    of the trials they draw, never of every trial."""
+    out: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(numbers), _NUMBERS_PER_QUERY):
+        chunk = numbers[start : start + _NUMBERS_PER_QUERY]
+        rows = conn.execute(
+            select(trials_t.c.number, trials_t.c.params).where(
+                trials_t.c.study_id == study_id, trials_t.c.number.in_(chunk)
+            )
+        )
+        out.update((number, params) for number, params in rows)
+    return out
 
 
 def _extremes(Y: np.ndarray, completed: np.ndarray, max_points: int) -> np.ndarray:

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Row
-from sqlalchemy.sql.elements import ColumnElement
 
 from client.models import (
     HeartbeatRequest,
@@ -26,6 +25,7 @@ from client.models import (
     TrialsPage,
 )
 from engines.errors import SpaceError
+from service import trial_fields
 from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.leases import extended_lease
@@ -329,24 +329,25 @@ class TrialsOrder:
     limit: int = 100
 
 
-#: Orders of the trial list besides ``values.NAME`` and ``params.NAME``.
-TRIAL_SORTS = ("number", "state", "created_at", "completed_at")
-
-
 def list_trials(
     store: Store,
     tenant_id: int,
     study_id: int,
     states: Sequence[str] | None,
     page: TrialsOrder,
+    trial_filter: str | None = None,
 ) -> TrialsPage:
-    """A page of trials. In number order the cursor is the last number served (a page stays
-    right while trials are added); in any other order it is the offset of the next page."""
+    """A page of the trials that pass ``trial_filter`` (``service.trial_fields``). In number
+    order the cursor is the last number served (a page stays right while trials are added); in
+    any other order it is the offset of the next page."""
 
     def fn(conn: Connection) -> TrialsPage:
         find_study(conn, tenant_id, study_id)
-        key = _sort_key(store.parsed_study(conn, study_id), page.sort)
-        query = select(trials_t).where(trials_t.c.study_id == study_id)
+        parsed = store.parsed_study(conn, study_id)
+        key = trial_fields.sort_key(parsed, page.sort)
+        query = select(trials_t).where(
+            trials_t.c.study_id == study_id, *trial_fields.filter_clauses(parsed, trial_filter)
+        )
         if states:
             query = query.where(trials_t.c.state.in_(states))
         by_number = page.sort == "number"
@@ -373,26 +374,6 @@ def list_trials(
         return TrialsPage(data=data, next_cursor=next_cursor)
 
     return store.db.read(fn)
-
-
-def _sort_key(parsed: ParsedStudy, sort: str) -> ColumnElement[Any]:
-    """The SQL expression of a trial order: a column, or a value or parameter read from the
-    JSON columns as a number (as text for categorical and fixed parameters)."""
-    if sort in TRIAL_SORTS:
-        return trials_t.c[sort]
-    kind, _, name = sort.partition(".")
-    if kind == "values" and name in parsed.objective_names:
-        return trials_t.c["values"][name].as_float()
-    numeric = {p.name: p.type in ("float", "int") for p in parsed.config.parameters}
-    if kind == "params" and name in numeric:
-        field = trials_t.c.params[name]
-        return field.as_float() if numeric[name] else field.as_string()
-    raise ApiError(
-        ProblemCode.VALIDATION_ERROR,
-        f"sort: {sort!r} is not one of {list(TRIAL_SORTS)}, values.OBJECTIVE or params.NAME "
-        "of this study",
-        errors=[{"field": "sort", "message": f"unknown sort {sort!r}"}],
-    )
 
 
 def _trial(conn: Connection, tenant_id: int, study_id: int, number: int) -> Row:

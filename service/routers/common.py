@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.routing import APIRoute
 
 from service.errors import ApiError, ProblemCode
 from service.store import Answer
+from service.trial_fields import MAX_FILTER_LENGTH
 
 JSON = "application/json"
 
@@ -53,6 +54,18 @@ def written(result: Answer) -> Response:
 #: Path ids within the range of the database's integer columns.
 StudyId = Annotated[int, Path(ge=0, le=2**31 - 1)]
 TrialNumber = Annotated[int, Path(ge=0, le=2**31 - 1)]
+#: Which trials a list or chart reads: a JSON object from field to condition.
+TrialFilter = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_FILTER_LENGTH,
+        description="Only the trials that meet every condition: a JSON object from field "
+        '(as for `sort`) to `{"min": x, "max": y}` (inclusive, numeric fields) and/or '
+        '`{"in": [...]}` (allowed values), e.g. '
+        '`{"params.lr": {"min": 0.001, "max": 0.1}, "state": {"in": ["completed"]}}`.',
+        examples=['{"params.lr": {"min": 0.001, "max": 0.1}}'],
+    ),
+]
 
 
 def cursor_int(cursor: str | None) -> int | None:

@@ -17,6 +17,7 @@ from client.models import (
     ReportRequest,
     StudyHistory,
     StudyPareto,
+    StudyPoints,
     TellRequest,
     TrialCreate,
     TrialPublic,
@@ -24,7 +25,7 @@ from client.models import (
     TrialState,
 )
 from service import ask as asking
-from service import leases, pareto, progress, trials, units
+from service import leases, pareto, points, progress, trial_fields, trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -36,6 +37,7 @@ from service.routers.common import (
     TRIAL_WRITE,
     WRITE,
     StudyId,
+    TrialFilter,
     TrialNumber,
     api_router,
     cursor_int,
@@ -88,9 +90,9 @@ def list_trials(
         str,
         Query(
             max_length=300,
-            description=f"One of {', '.join(trials.TRIAL_SORTS)}, `values.OBJECTIVE` or "
-            "`params.NAME` (numeric for numeric parameters); trials without that value come "
-            "last, ties in number order.",
+            description=f"One of {', '.join(trial_fields.PLAIN_FIELDS)}, "
+            "`values.OBJECTIVE`, `constraints.NAME` or `params.NAME` (numeric for numeric "
+            "parameters); trials without that value come last, ties in number order.",
         ),
     ] = "number",
     order: Literal["asc", "desc"] = "asc",
@@ -99,9 +101,10 @@ def list_trials(
         str | None, Query(description="The `next_cursor` of the previous page, same order.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    filter: TrialFilter = None,
 ) -> TrialsPage:
     page = trials.TrialsOrder(sort, order == "desc", cursor_int(cursor), offset, limit)
-    return trials.list_trials(store, tenant, study_id, state, page)
+    return trials.list_trials(store, tenant, study_id, state, page, filter)
 
 
 @router.get("/history", response_model=StudyHistory, responses=problems(*STUDY))
@@ -110,11 +113,13 @@ def history(
     store: StoreDep,
     tenant: TenantDep,
     max_points: Annotated[int, Query(ge=10, le=10_000)] = 2000,
+    filter: TrialFilter = None,
 ) -> Response:
     """The finished trials' values and completion times and each objective's best-so-far
     curve, by trial number and by time, for a chart: at most ``max_points`` trials
     (downsampled on the server) and steps per curve. Cached per study revision."""
-    return Response(progress.study_history(store, tenant, study_id, max_points), media_type=JSON)
+    history = progress.study_history(store, tenant, study_id, max_points, filter)
+    return Response(history, media_type=JSON)
 
 
 @router.get("/pareto", response_model=StudyPareto, responses=problems(*STUDY))
@@ -125,12 +130,28 @@ def pareto_front(
     max_points: Annotated[
         int, Query(ge=10, le=10_000, description="Dominated and infeasible trials at most.")
     ] = 2000,
+    filter: TrialFilter = None,
 ) -> StudyPareto:
     """The completed trials in objective space, for a chart: every non-dominated feasible
     trial, at most ``max_points`` of the others (downsampled on the server), and the
     hypervolume of the feasible front over trial numbers when every objective has a
     ``reference``."""
-    return pareto.study_pareto(store, tenant, study_id, max_points)
+    return pareto.study_pareto(store, tenant, study_id, max_points, filter)
+
+
+@router.get("/points", response_model=StudyPoints, responses=problems(*STUDY))
+def trial_points(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    state: Annotated[list[TrialState], Query()] = ["completed"],  # noqa: B006 (FastAPI copies)
+    max_points: Annotated[int, Query(ge=10, le=10_000)] = 2000,
+    filter: TrialFilter = None,
+) -> StudyPoints:
+    """The trials in ``state`` that pass ``filter``, with their parameters and values, for
+    charts of parameters: at most ``max_points`` (spread evenly over trial numbers, plus each
+    objective's best trials, when there are more)."""
+    return points.study_points(store, tenant, study_id, state, max_points, filter)
 
 
 @router.get("/trials/{number}", response_model=TrialPublic, responses=problems(*TRIAL))

@@ -77,3 +77,16 @@ def test_the_chart_cache_drops_the_least_recently_used_entry():
     assert cache.get("b", lambda: 20) == 20 and cache.get("a", lambda: 10) == 10
     off = LruCache(0)
     assert off.get("a", lambda: 1) == 1 and len(off) == 0
+
+
+def test_a_filtered_history_is_cached_apart_from_the_whole(http):
+    sid = _study(http)
+    for x, value in [(1.0, 3.0), (-1.0, 1.0)]:
+        body = {"params": {"x": x, "y": 0.0}, "values": {"value": value}}
+        assert http.post(f"/v1/studies/{sid}/trials", json=body).status_code == 201
+    whole = http.get(f"/v1/studies/{sid}/history").json()
+    positive = '{"params.x": {"min": 0}}'
+    part = http.get(f"/v1/studies/{sid}/history", params={"filter": positive}).json()
+    assert whole["finished"] == 2 and part["finished"] == 1
+    assert part["best_by_time"]["value"][-1][1] == 3.0
+    assert http.get(f"/v1/studies/{sid}/history").json() == whole
