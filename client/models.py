@@ -130,9 +130,8 @@ MaxTrials = Annotated[int, Field(ge=1, lt=2**31)]
 class StudyCreate(StudyConfig):
     name: Name
     metadata: JsonDict = Field(default_factory=dict)
-    #: The study's trial budget: an ask is refused (409 ``max_trials_reached``) once this many
-    #: trials are running or finished. A setting, not part of the config: get-or-create does
-    #: not compare it, and ``StudyUpdate`` changes it.
+    #: Trial budget: asks get 409 ``max_trials_reached`` once this many trials are running or
+    #: finished. A setting (``StudyUpdate`` changes it) that get-or-create does not compare.
     max_trials: MaxTrials | None = None
 
 
