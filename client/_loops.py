@@ -19,6 +19,7 @@ from client._operations import (
     fail,
     tell,
 )
+from client.errors import MaxTrialsReached
 from client.models import TrialPublic
 
 Result = float | Mapping[str, float] | Sequence[float]
@@ -44,7 +45,8 @@ def optimize(
 
     ``fn`` returns a number (one objective), a list of objective values, or a dict naming
     objectives and constraint metrics. If ``fn`` raises, the trial is told as failed, and
-    the error propagates unless its type is in ``catch``.
+    the error propagates unless its type is in ``catch``. It stops early, without error, when
+    the study's ``max_trials`` is reached.
     """
     lease = lease_seconds or study.info.lease_seconds
     objectives = study.info.objectives
@@ -83,7 +85,12 @@ class Optimization:
                 raise
 
     def trial(self, worker_id: str) -> Op[None]:
-        trials = yield from ask(self.study, 1, worker_id=worker_id, lease_seconds=self.lease)
+        try:
+            trials = yield from ask(self.study, 1, worker_id=worker_id, lease_seconds=self.lease)
+        except MaxTrialsReached:  # the study's own budget is spent: every worker stops
+            self.stopped = True
+            self.budget.release()
+            return
         if not trials:  # a scheduler waiting for its generation: come back later
             self.budget.release()
             yield Sleep(1.0)

@@ -171,6 +171,7 @@ class ClientMethods(Generic[HttpT, TransportT]):
     create_study_from = Opening(ops.create_study_from)
     get_study = Opening(ops.get_study)
     list_studies = Listing(ops.list_studies)
+    engine_names = Method(ops.engine_names)
     import_study = Opening(ops.import_study)
     create_sampler = Opening(ops.create_sampler)
     get_sampler = Opening(ops.get_sampler)

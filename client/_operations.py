@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from types import EllipsisType
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
 
@@ -174,8 +175,31 @@ def get_study(client: object, study_id: int) -> Op[StudyPublic]:
     return (yield Call("GET", f"/v1/studies/{study_id}", _study))
 
 
-def list_studies(client: object, page_size: int = 100) -> Pages[StudyPublic]:
-    return _listing("/v1/studies", decoder(StudiesPage), {"limit": page_size})
+def list_studies(
+    client: object,
+    page_size: int = 100,
+    *,
+    states: list[StudyState] | None = None,
+    engine: str | None = None,
+    name_contains: str | None = None,
+    sort: Literal["id", "name", "created_at", "updated_at", "trials"] = "id",
+    descending: bool = False,
+) -> Pages[StudyPublic]:
+    """The studies in any of ``states``, of ``engine``, whose name contains ``name_contains``
+    (any case), ordered by ``sort`` (``trials``: their number of trials)."""
+    filters = {"state": states, "engine": engine, "q": name_contains}
+    params: dict[str, Any] = {
+        "limit": page_size,
+        "sort": sort,
+        "order": "desc" if descending else "asc",
+        **{k: v for k, v in filters.items() if v},
+    }
+    return _listing("/v1/studies", decoder(StudiesPage), params)
+
+
+def engine_names(client: object) -> Op[list[str]]:
+    """The engines the server runs, by name."""
+    return (yield Call("GET", "/v1/engines", decoder(list[str])))
 
 
 def import_study(
@@ -350,11 +374,19 @@ def export_csv(study: StudyHandle) -> Op[str]:
 
 
 def update(
-    study: StudyHandle, state: StudyState | None = None, metadata: dict[str, Any] | None = None
+    study: StudyHandle,
+    state: StudyState | None = None,
+    metadata: dict[str, Any] | None = None,
+    max_trials: int | EllipsisType | None = ...,
 ) -> Op[StudyPublic]:
-    change = StudyUpdate.model_validate(
-        {k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None}
-    )
+    """Change the state, merge ``metadata`` (a key set to ``None`` is removed), and set the
+    trial budget ``max_trials`` (``None`` removes it; left out, it stays)."""
+    fields: dict[str, Any] = {
+        k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None
+    }
+    if max_trials is not ...:
+        fields["max_trials"] = max_trials
+    change = StudyUpdate.model_validate(fields)
     path = f"/v1/studies/{study.id}"
     study.info = yield Call("PATCH", path, _study, json=body(change))
     return study.info

@@ -125,6 +125,10 @@ class NotASchedulerStudy(Conflict):
     """409: lineage or checkpoints asked of a study whose engine is not a scheduler."""
 
 
+class MaxTrialsReached(Conflict):
+    """409: ask on a study whose running and finished trials reached its ``max_trials``."""
+
+
 # --- 422 ----------------------------------------------------------------------------------
 
 

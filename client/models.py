@@ -124,14 +124,22 @@ class StudyConfig(_Request):
     seed: int | None = Field(default=None, ge=0, lt=2**63)
 
 
+MaxTrials = Annotated[int, Field(ge=1, lt=2**31)]
+
+
 class StudyCreate(StudyConfig):
     name: Name
     metadata: JsonDict = Field(default_factory=dict)
+    #: Trial budget: asks get 409 ``max_trials_reached`` once this many trials are running or
+    #: finished. A setting (``StudyUpdate`` changes it) that get-or-create does not compare.
+    max_trials: MaxTrials | None = None
 
 
 class StudyUpdate(_Request):
     state: StudyState | None = None
     metadata: JsonDict | None = None
+    #: A new trial budget; ``null`` removes it, leaving the field out keeps it.
+    max_trials: MaxTrials | None = None
 
 
 class WeightTransform(BaseModel):
@@ -222,6 +230,8 @@ class StudyPublic(StudyConfig):
     engine_state_version: int
     trial_counts: dict[str, int]
     best_values: dict[str, float] | None = None
+    #: The trial budget (``StudyCreate.max_trials``), ``None`` without one.
+    max_trials: int | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -450,6 +460,7 @@ class ProblemCode(StrEnum):
     STALE_ITERATION = "stale_iteration", 409
     ENGINE_SCHEDULES_UNITS = "engine_schedules_units", 409
     NOT_A_SCHEDULER_STUDY = "not_a_scheduler_study", 409
+    MAX_TRIALS_REACHED = "max_trials_reached", 409
     # 422: a field's value is wrong; ``detail`` says what to fix
     VALIDATION_ERROR = "validation_error", 422
     INVALID_SEARCH_SPACE = "invalid_search_space", 422

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from datetime import datetime
+
+from pydantic import BaseModel, Field
 
 from client._wire import ParamValue, TrialState
 
@@ -12,6 +14,8 @@ class HistoryPoint(BaseModel):
     number: int
     state: TrialState
     values: dict[str, float] | None = None
+    #: When the trial finished (``None`` for a trial imported without that time).
+    completed_at: datetime | None = None
 
 
 class StudyHistory(BaseModel):
@@ -27,6 +31,9 @@ class StudyHistory(BaseModel):
     #: Per objective, the best-so-far curve as ``[trial number, value]`` where it improves,
     #: over the completed feasible trials.
     best: dict[str, list[tuple[int, float]]]
+    #: The same curve in completion order, as ``[completed_at, value]`` where it improves:
+    #: the best known at each time (for a time axis; trials without a time are left out).
+    best_by_time: dict[str, list[tuple[datetime, float]]] = Field(default_factory=dict)
 
 
 class TrialPoint(BaseModel):

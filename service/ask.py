@@ -27,10 +27,10 @@ import numpy as np
 from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Row
 
-from client.models import AskRequest, AskResponse, TrialPublic
+from client.models import FINISHED_STATES, AskRequest, AskResponse, ProblemCode, TrialPublic
 from engines.base import History, Proposal
 from engines.errors import EngineError
-from service.errors import engine_error, unavailable
+from service.errors import ApiError, engine_error, unavailable
 from service.history import HistoryCache, full_history
 from service.idempotency import IdemKey, replay
 from service.leases import expire_leases, lease_until
@@ -80,6 +80,14 @@ _FAILED_POINTS = select(trials_t.c.x).where(
     trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(("failed", "infeasible"))
 )
 _INSERT_TRIAL = insert(trials_t)
+#: The study's trial budget (a setting in its config column) and the trials it counts.
+_MAX_TRIALS = select(studies_t.c.config["max_trials"].as_integer()).where(
+    studies_t.c.id == bindparam("study_id")
+)
+_BUDGET_USED = select(func.count()).where(
+    trials_t.c.study_id == bindparam("study_id"),
+    trials_t.c.state.in_(("running", *FINISHED_STATES)),
+)
 _STUDY_AFTER_PROPOSAL = (
     update(studies_t)
     .where(studies_t.c.id == bindparam("study_id"))
@@ -120,9 +128,14 @@ class _Plan:
 
 
 def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
+    """Raises: ApiError 409 ``max_trials_reached`` when the budget leaves nothing to hand out
+    (checked only once no lease has expired: an expired trial may still turn stale)."""
     open_rows = conn.execute(_OPEN_TRIALS, {"study_id": ask.study_id}).all()
     by_number = sorted(open_rows, key=lambda r: r.number)
     expired = [r for r in by_number if r.state == "running" and r.lease_expires_at < now]
+    X_pending = _stack([r.x for r in by_number], ask.parsed.problem.d)
+    if expired:
+        return _Plan(expired, [], 0, X_pending)
     worker_id = ask.req.worker_id
     held = (
         [
@@ -134,9 +147,31 @@ def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
         else []
     )
     queued = [r for r in by_number if r.state in ("waiting", "stale")]
+    room = _budget_room(conn, ask.study_id)
+    if room is not None:
+        queued = queued[:room]  # a queued trial handed out starts running: it counts
     handed = (held + queued)[: ask.req.count]
-    X_pending = _stack([r.x for r in by_number], ask.parsed.problem.d)
-    return _Plan(expired, handed, ask.req.count - len(handed), X_pending)
+    need = ask.req.count - len(handed)
+    if room is not None:
+        need = min(need, room - sum(r.state != "running" for r in handed))
+        if not handed and need == 0:
+            raise ApiError(
+                ProblemCode.MAX_TRIALS_REACHED,
+                f"study {ask.study_id} reached its budget: as many trials as its max_trials "
+                f"are running or finished; raise or remove max_trials (PATCH "
+                f"/v1/studies/{ask.study_id}) to ask again",
+            )
+    return _Plan(expired, handed, need, X_pending)
+
+
+def _budget_room(conn: Connection, study_id: int) -> int | None:
+    """How many more trials the study's ``max_trials`` allows to run, counting every trial
+    running or finished (``None`` without a budget)."""
+    limit = conn.execute(_MAX_TRIALS, {"study_id": study_id}).scalar()
+    if limit is None:
+        return None
+    used = conn.execute(_BUDGET_USED, {"study_id": study_id}).scalar_one()
+    return max(0, int(limit) - used)
 
 
 def ask(

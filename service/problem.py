@@ -106,6 +106,16 @@ def parse_study(config: StudyConfig) -> ParsedStudy:
     )
 
 
+#: Keys of a study's config column that are settings, which ``PATCH`` changes, rather than
+#: part of its ``StudyConfig``.
+SETTINGS = ("max_trials",)
+
+
+def definition(config: dict[str, Any]) -> dict[str, Any]:
+    """A study's config column without its settings: its ``StudyConfig`` as JSON."""
+    return {k: v for k, v in config.items() if k not in SETTINGS}
+
+
 class ParsedStudyCache:
     """Parsed study configs by study id, for one database."""
 
@@ -119,7 +129,7 @@ class ParsedStudyCache:
     def get(self, study_id: int, load_config: Callable[[], dict[str, Any]]) -> ParsedStudy:
         parsed = self._by_id.get(study_id)
         if parsed is None:
-            parsed = parse_study(StudyConfig.model_validate(load_config()))
+            parsed = parse_study(StudyConfig.model_validate(definition(load_config())))
             with self._lock:
                 self._by_id[study_id] = parsed
         return parsed

@@ -5,7 +5,8 @@ thousand points, never every trial."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Row, select
@@ -13,52 +14,82 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from client.models import FINISHED_STATES, HistoryPoint, StudyHistory
+from service.problem import ParsedStudy
 from service.store import Store, find_study, trials_t
 from service.trial_fields import filter_clauses
 
 #: Trial numbers per ``IN (...)`` list when reading the drawn trials' parameters.
 _NUMBERS_PER_QUERY = 500
 
+K = TypeVar("K")
+
 
 def study_history(
     store: Store, tenant_id: int, study_id: int, max_points: int, trial_filter: str | None = None
-) -> StudyHistory:
-    """The history of the finished trials that pass ``trial_filter`` (``service.trial_fields``)."""
+) -> bytes:
+    """The history of the finished trials that pass ``trial_filter`` (``service.trial_fields``)
+    as JSON (a ``StudyHistory``), computed once per study revision and kept serialized in
+    ``Store.charts``: every change to a study's trials bumps its revision, so a page refreshing
+    an unchanged study reads only the study row, and an entry takes the size of the answer (at
+    most about 1 MB at ``max_points=10000``)."""
 
-    def fn(conn: Connection) -> StudyHistory:
-        find_study(conn, tenant_id, study_id)
-        parsed = store.parsed_study(conn, study_id)
-        names = list(parsed.objective_names)
-        where = filter_clauses(parsed, trial_filter)
-        rows = objective_rows(conn, study_id, names, FINISHED_STATES, where)
-        Y = np.array([r[3:] for r in rows], dtype=np.float64).reshape(len(rows), len(names))
-        numbers = np.array([r.number for r in rows], dtype=np.int64)
-        has = np.logical_not(np.isnan(Y).any(axis=1))
-        completed = np.array([r.state == "completed" for r in rows], dtype=bool)
-        keep = (
-            np.arange(len(rows)) if len(rows) <= max_points else _extremes(Y, completed, max_points)
-        )
-        feasible = completed & np.array([r.feasible is True for r in rows], dtype=bool)
-        best = {
-            name: _best_so_far(numbers[feasible], Y[feasible, j] * sign, sign, max_points)
-            for j, (name, sign) in enumerate(zip(names, parsed.signs, strict=True))
-        }
-        return StudyHistory(
-            objectives=names,
-            finished=len(rows),
-            downsampled=len(keep) < len(rows),
-            points=[
-                HistoryPoint(
-                    number=rows[i].number,
-                    state=rows[i].state,
-                    values=dict(zip(names, Y[i].tolist(), strict=True)) if has[i] else None,
+    def fn(conn: Connection) -> bytes:
+        revision = find_study(conn, tenant_id, study_id, columns=("id", "revision")).revision
+        return store.charts.get(
+            ("history", study_id, revision, max_points, trial_filter),
+            lambda: (
+                _history(
+                    conn, store.parsed_study(conn, study_id), study_id, max_points, trial_filter
                 )
-                for i in keep.tolist()
-            ],
-            best=best,
+                .model_dump_json()
+                .encode()
+            ),
         )
 
     return store.db.read(fn)
+
+
+def _history(
+    conn: Connection, parsed: ParsedStudy, study_id: int, max_points: int, trial_filter: str | None
+) -> StudyHistory:
+    names = list(parsed.objective_names)
+    where = filter_clauses(parsed, trial_filter)
+    rows = objective_rows(conn, study_id, names, FINISHED_STATES, where, with_completed_at=True)
+    m = len(names)
+    Y = np.array([r[3 : 3 + m] for r in rows], dtype=np.float64).reshape(len(rows), m)
+    numbers = [r.number for r in rows]
+    times = [r.completed_at for r in rows]
+    has = np.logical_not(np.isnan(Y).any(axis=1))
+    completed = np.array([r.state == "completed" for r in rows], dtype=bool)
+    keep = np.arange(len(rows)) if len(rows) <= max_points else _extremes(Y, completed, max_points)
+    feasible = np.flatnonzero(completed & np.array([r.feasible is True for r in rows], dtype=bool))
+    # Completion order of the feasible trials with a completion time (by number on a tie).
+    timed = [int(i) for i in feasible if times[i] is not None]
+    timed.sort(key=lambda i: (times[i], numbers[i]))
+    by_number = [numbers[i] for i in feasible]
+    best: dict[str, list[tuple[int, float]]] = {}
+    best_by_time: dict[str, list[tuple[datetime, float]]] = {}
+    for j, (name, sign) in enumerate(zip(names, parsed.signs, strict=True)):
+        best[name] = _best_so_far(by_number, Y[feasible, j] * sign, sign, max_points)
+        best_by_time[name] = _best_so_far(
+            [times[i] for i in timed], Y[timed, j] * sign, sign, max_points
+        )
+    return StudyHistory(
+        objectives=names,
+        finished=len(rows),
+        downsampled=len(keep) < len(rows),
+        points=[
+            HistoryPoint(
+                number=numbers[i],
+                state=rows[i].state,
+                values=dict(zip(names, Y[i].tolist(), strict=True)) if has[i] else None,
+                completed_at=times[i],
+            )
+            for i in keep.tolist()
+        ],
+        best=best,
+        best_by_time=best_by_time,
+    )
 
 
 def objective_rows(
@@ -67,14 +98,16 @@ def objective_rows(
     names: list[str],
     states: Collection[str],
     where: Sequence[ColumnElement[bool]] = (),
+    with_completed_at: bool = False,
 ) -> Sequence[Row[Any]]:
     """``number, state, feasible`` and each objective in ``names`` (``None`` where missing) of
-    the study's trials in ``states`` that meet ``where``, by number. The objectives are read as
-    numbers in SQL: decoding every trial's JSON would cost most of the time of a large study's
-    read."""
+    the study's trials in ``states`` that meet ``where``, by number, then ``completed_at`` if
+    asked. The objectives are read as numbers in SQL: decoding every trial's JSON would cost
+    most of the time of a large study's read."""
     objectives = [trials_t.c["values"][n].as_float() for n in names]
+    times = [trials_t.c.completed_at] if with_completed_at else []
     return conn.execute(
-        select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives)
+        select(trials_t.c.number, trials_t.c.state, trials_t.c.feasible, *objectives, *times)
         .where(trials_t.c.study_id == study_id, trials_t.c.state.in_(states), *where)
         .order_by(trials_t.c.number)
     ).all()
@@ -120,11 +153,12 @@ def _extremes(Y: np.ndarray, completed: np.ndarray, max_points: int) -> np.ndarr
 
 
 def _best_so_far(
-    numbers: np.ndarray, minimized: np.ndarray, sign: float, max_points: int
-) -> list[tuple[int, float]]:
-    """The ``[number, value]`` steps where the running best improves; ``minimized`` is the
-    objective times ``sign`` (so lower is better). A curve of more steps than ``max_points``
-    keeps every so many, and always its last."""
+    keys: Sequence[K], minimized: np.ndarray, sign: float, max_points: int
+) -> list[tuple[K, float]]:
+    """The ``[key, value]`` steps where the running best improves, the trials in the order of
+    ``keys`` (their numbers or completion times); ``minimized`` is the objective times ``sign``
+    (so lower is better). A curve of more steps than ``max_points`` keeps every so many, and
+    always its last."""
     if not len(minimized):
         return []
     running = np.minimum.accumulate(minimized)
@@ -132,4 +166,4 @@ def _best_so_far(
     if len(improves) > max_points:
         improves = np.r_[improves[:: -(-len(improves) // max_points)][:-1], improves[-1]]
         improves = np.unique(improves)
-    return [(int(numbers[i]), float(running[i] * sign)) for i in improves]
+    return [(keys[i], float(running[i] * sign)) for i in improves.tolist()]

@@ -22,6 +22,7 @@ from service.db.session import Database
 from service.errors import ApiError, ProblemCode
 from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
+from service.lru import LruCache
 from service.problem import ParsedStudy, ParsedStudyCache
 
 studies_t = Study.__table__
@@ -45,6 +46,8 @@ class Store:
         self.parsed_studies = ParsedStudyCache()
         #: Completed-trial arrays per study, for model-based asks (``service.history``).
         self.history = HistoryCache(history_cache_bytes)
+        #: Chart answers by study revision (``service.progress.study_history``).
+        self.charts = LruCache()
         self._study_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 

@@ -6,11 +6,14 @@ Export and import are ``service.transfer``.
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql.elements import ColumnElement
 
 from client.models import (
     BestPublic,
@@ -25,7 +28,7 @@ from engines.errors import EngineError
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
-from service.problem import ParsedStudy, parse_study
+from service.problem import SETTINGS, ParsedStudy, definition, parse_study
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
 from service.wire import study_public, trial_public
 
@@ -42,9 +45,11 @@ def validate_config(config: StudyConfig) -> ParsedStudy:
 
 
 def config_of(body: StudyCreate) -> dict[str, Any]:
-    return StudyConfig.model_validate(body.model_dump(exclude={"name", "metadata"})).model_dump(
-        mode="json"
-    )
+    """The study's config column: its ``StudyConfig`` and its settings (``max_trials``)."""
+    config = StudyConfig.model_validate(
+        body.model_dump(exclude={"name", "metadata", *SETTINGS})
+    ).model_dump(mode="json")
+    return config if body.max_trials is None else {**config, "max_trials": body.max_trials}
 
 
 def find_live(conn: Connection, tenant_id: int, name: str) -> Row | None:
@@ -96,8 +101,9 @@ def create_study(store: Store, tenant_id: int, body: StudyCreate, idem: IdemKey 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         existing = find_live(conn, tenant_id, body.name)
         if existing is not None:
-            wanted = config_of(body)
-            stored = dict(existing.config)
+            # Settings (the budget) are not compared: PATCH changes them.
+            wanted = definition(config_of(body))
+            stored = definition(existing.config)
             if body.seed is None:
                 stored.pop("seed", None)
                 wanted.pop("seed", None)
@@ -127,16 +133,68 @@ def get_study(store: Store, tenant_id: int, study_id: int) -> StudyPublic:
     return store.db.read(lambda c: study_with_stats(store, c, find_study(c, tenant_id, study_id)))
 
 
-def list_studies(store: Store, tenant_id: int, after: int | None, limit: int) -> StudiesPage:
+#: Orders of the study list.
+StudySort = Literal["id", "name", "created_at", "updated_at", "trials"]
+
+
+@dataclass(frozen=True)
+class StudiesQuery:
+    """Which studies the list serves (every filter optional) and in which order.
+
+    ``states``: any of these states; ``engine``: the engine's name; ``q``: a case-insensitive
+    substring of the name; ``sort``: one of ``StudySort`` (``name`` ignores case; ``trials``:
+    the number of trials, of any state); ties in id order. In id order the cursor is the last
+    id served (a page stays right while studies are added); in any other order it is the offset
+    of the next page, as for trials.
+    """
+
+    states: Sequence[str] = ()
+    engine: str | None = None
+    q: str | None = None
+    sort: StudySort = "id"
+    descending: bool = False
+    cursor: int | None = None
+    limit: int = 100
+
+
+def _study_order(sort: str) -> ColumnElement[Any]:
+    if sort == "trials":
+        return (
+            select(func.count())
+            .where(trials_t.c.study_id == studies_t.c.id)
+            .correlate(studies_t)
+            .scalar_subquery()
+        )
+    if sort == "name":
+        return func.lower(studies_t.c.name)  # the same order on every database
+    return studies_t.c[sort]
+
+
+def list_studies(store: Store, tenant_id: int, page: StudiesQuery) -> StudiesPage:
     def fn(conn: Connection) -> StudiesPage:
         query = select(studies_t).where(
             studies_t.c.tenant_id == tenant_id, studies_t.c.deleted_at.is_(None)
         )
-        if after is not None:
-            query = query.where(studies_t.c.id > after)
-        rows = conn.execute(query.order_by(studies_t.c.id).limit(limit + 1)).all()
-        data = [study_with_stats(store, conn, r) for r in rows[:limit]]
-        return StudiesPage(data=data, next_cursor=str(data[-1].id) if len(rows) > limit else None)
+        if page.states:
+            query = query.where(studies_t.c.state.in_(page.states))
+        if page.engine:
+            query = query.where(studies_t.c.config["engine"]["name"].as_string() == page.engine)
+        if page.q:
+            query = query.where(studies_t.c.name.icontains(page.q, autoescape=True))
+        offset = 0
+        if page.sort == "id" and page.cursor is not None:
+            ids = studies_t.c.id
+            query = query.where(ids < page.cursor if page.descending else ids > page.cursor)
+        elif page.cursor is not None:
+            offset = page.cursor
+        key = _study_order(page.sort)
+        ordered = (key.desc(), studies_t.c.id.desc()) if page.descending else (key, studies_t.c.id)
+        rows = conn.execute(query.order_by(*ordered).offset(offset).limit(page.limit + 1)).all()
+        data = [study_with_stats(store, conn, r) for r in rows[: page.limit]]
+        next_cursor = None
+        if len(rows) > page.limit:
+            next_cursor = str(data[-1].id if page.sort == "id" else offset + page.limit)
+        return StudiesPage(data=data, next_cursor=next_cursor)
 
     return store.db.read(fn)
 
@@ -144,7 +202,8 @@ def list_studies(store: Store, tenant_id: int, after: int | None, limit: int) ->
 def update_study(
     store: Store, tenant_id: int, study_id: int, body: StudyUpdate, idem: IdemKey | None
 ) -> Answer:
-    """Change the state and merge metadata (a key set to null is removed)."""
+    """Change the state, merge metadata (a key set to null is removed) and set or, with
+    null, remove the trial budget ``max_trials`` (kept in the config column)."""
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         row = find_study(conn, tenant_id, study_id, for_update=True)
@@ -154,6 +213,9 @@ def update_study(
         if body.metadata is not None:
             merged = {**row.metadata, **body.metadata}
             values["metadata"] = {k: v for k, v in merged.items() if v is not None}
+        if "max_trials" in body.model_fields_set:
+            budget = {} if body.max_trials is None else {"max_trials": body.max_trials}
+            values["config"] = {**definition(row.config), **budget}
         conn.execute(update(studies_t).where(studies_t.c.id == study_id).values(**values))
         return 200, study_with_stats(store, conn, find_study(conn, tenant_id, study_id))
 

@@ -29,6 +29,12 @@ def studies_page() -> FileResponse:
     return FileResponse(STATIC / "studies.html")
 
 
+@router.get("/dashboard/compare")
+def compare_page() -> FileResponse:
+    # The page reads the studies' ids from its query (?ids=1,2,3).
+    return FileResponse(STATIC / "compare.html")
+
+
 @router.get("/dashboard/studies/{study_id}")
 def study_page(study_id: StudyId) -> FileResponse:
     # The page reads the study id from its own URL; the id is checked here only so a

@@ -17,6 +17,7 @@ from client.models import (
     StudyCreate,
     StudyExport,
     StudyPublic,
+    StudyState,
     StudyUpdate,
 )
 from service import events, studies, transfer, units
@@ -55,10 +56,26 @@ def create_study(body: StudyCreate, store: StoreDep, tenant: TenantDep, idem: Id
 def list_studies(
     store: StoreDep,
     tenant: TenantDep,
-    cursor: str | None = None,
+    state: Annotated[list[StudyState] | None, Query(description="Any of these states.")] = None,
+    engine: Annotated[str | None, Query(max_length=100, description="The engine's name.")] = None,
+    q: Annotated[
+        str | None,
+        Query(max_length=256, description="A case-insensitive part of the study's name."),
+    ] = None,
+    sort: Annotated[
+        studies.StudySort,
+        Query(description="`trials`: the number of trials; ties in id order."),
+    ] = "id",
+    order: Literal["asc", "desc"] = "asc",
+    cursor: Annotated[
+        str | None, Query(description="The `next_cursor` of the previous page, same query.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> StudiesPage:
-    return studies.list_studies(store, tenant, cursor_int(cursor), limit)
+    page = studies.StudiesQuery(
+        state or (), engine, q, sort, order == "desc", cursor_int(cursor), limit
+    )
+    return studies.list_studies(store, tenant, page)
 
 
 @router.post(

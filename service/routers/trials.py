@@ -30,6 +30,7 @@ from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
     CONFIG,
+    JSON,
     RESULTS,
     STUDY,
     TRIAL,
@@ -49,7 +50,9 @@ router = api_router("/v1/studies/{study_id}", "trials")
 @router.post(
     "/ask",
     response_model=AskResponse,
-    responses=problems(*WRITE, *STUDY, *CONFIG, ProblemCode.STUDY_NOT_ACTIVE),
+    responses=problems(
+        *WRITE, *STUDY, *CONFIG, ProblemCode.STUDY_NOT_ACTIVE, ProblemCode.MAX_TRIALS_REACHED
+    ),
 )
 def ask(
     study_id: StudyId, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
@@ -111,10 +114,12 @@ def history(
     tenant: TenantDep,
     max_points: Annotated[int, Query(ge=10, le=10_000)] = 2000,
     filter: TrialFilter = None,
-) -> StudyHistory:
-    """The finished trials' values and each objective's best-so-far curve, for a chart: at
-    most ``max_points`` trials (downsampled on the server) and steps per curve."""
-    return progress.study_history(store, tenant, study_id, max_points, filter)
+) -> Response:
+    """The finished trials' values and completion times and each objective's best-so-far
+    curve, by trial number and by time, for a chart: at most ``max_points`` trials
+    (downsampled on the server) and steps per curve. Cached per study revision."""
+    history = progress.study_history(store, tenant, study_id, max_points, filter)
+    return Response(history, media_type=JSON)
 
 
 @router.get("/pareto", response_model=StudyPareto, responses=problems(*STUDY))

@@ -85,6 +85,21 @@ def test_enqueue_export_and_import(sqlite_url):
     run(body, sqlite_url)
 
 
+def test_list_filters_and_the_trial_budget(sqlite_url):
+    async def body(client):
+        for name in ("b-one", "a-two", "other"):
+            await client.create_study(name, [FLOAT_X])
+        found = client.list_studies(name_contains="-", sort="name", descending=True)
+        assert [s.name async for s in found] == ["b-one", "a-two"]
+        study = await client.create_study("budget", [FLOAT_X], max_trials=3)
+        await study.optimize(lambda p: p["x"] ** 2, n_trials=10, n_workers=2, progress=False)
+        assert (await study.refresh()).trial_counts == {"completed": 3}
+        assert (await study.update(max_trials=None)).max_trials is None
+        assert "random" in await client.engine_names()
+
+    run(body, sqlite_url)
+
+
 def test_retries_connection_errors_then_raises():
     calls = []
 

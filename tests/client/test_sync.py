@@ -93,6 +93,22 @@ def test_enqueue_export_and_import(client):
     assert [s.name for s in client.list_studies(page_size=1)] == ["src", "dst"]
 
 
+def test_list_filters_and_the_trial_budget(client):
+    for name in ("b-one", "a-two", "other"):
+        client.create_study(name, [FLOAT_X])
+    found = client.list_studies(name_contains="-", sort="name", descending=True)
+    assert [s.name for s in found] == ["b-one", "a-two"]
+    assert [s.name for s in client.list_studies(states=["paused"])] == []
+    study = client.create_study("budget", [FLOAT_X], max_trials=3)
+    assert study.info.max_trials == 3
+    study.optimize(lambda p: p["x"] ** 2, n_trials=10, n_workers=2, progress=False)
+    assert study.refresh().trial_counts == {"completed": 3}
+    assert study.update(max_trials=5).max_trials == 5
+    assert study.update(state="paused").max_trials == 5
+    assert study.update(max_trials=None).max_trials is None
+    assert "random" in client.engine_names()
+
+
 def test_update_and_delete(client):
     study = client.create_study("tmp", [FLOAT_X])
     assert study.update(state="paused", metadata={"k": 1}).metadata == {"k": 1}

@@ -11,6 +11,8 @@ import { downloadCsv } from "./trials-csv.js";
 import { filterQuery, onFilterChange } from "./filters.js";
 import { ParallelCoordinates } from "./parcoords.js";
 import { showFilterSummary, TableFilters } from "./trial-filters.js";
+import { axisToggle } from "./history-axis.js";
+import { budget } from "./budget.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
@@ -41,6 +43,12 @@ onFilterChange(() => {
   Promise.all([showHistory(), table.filtered(), showPareto(studyId, table.study)]).then(clearError, showError);
 });
 
+// The history last drawn, redrawn when the x axis changes.
+let lastHistory = null;
+const historyAxis = axisToggle(document.getElementById("history-axis-control"), () => {
+  if (lastHistory) drawHistory(document.getElementById("history"), lastHistory, historyAxis()).catch(showError);
+});
+
 function fact(label, ...value) {
   return el("div", {}, el("span", {}, label), ...value);
 }
@@ -56,6 +64,7 @@ function showFacts(study) {
     fact("State", el("b", { id: "study-state" }, study.state)),
     fact("Engine", study.engine.name),
     fact("Trials", stateCounts(study.trial_counts)),
+    ...(study.max_trials ? [fact("Budget", budget(study))] : []),
     fact("Best", el("b", { id: "best" }, best || "-")),
     fact("Last activity", ago(study.updated_at)),
     fact("Revision", study.revision),
@@ -67,7 +76,8 @@ async function showHistory() {
   const history = await getJson(`/v1/studies/${studyId}/history`, { max_points: 2000, filter });
   if (filter !== filterQuery()) return; // the filter changed meanwhile: a later call draws
   const node = document.getElementById("history");
-  await drawHistory(node, history);
+  lastHistory = history;
+  await drawHistory(node, history, historyAxis());
   node.dataset.points = history.points.length;
   document.getElementById("history-note").textContent = history.downsampled
     ? `${history.points.length} of ${history.finished} finished trials drawn: each stretch's extremes and failures.`
