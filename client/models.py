@@ -3,8 +3,8 @@
 Naming follows one scheme: ``...Create`` and ``...Request`` are bodies a client sends (extra
 fields are rejected), ``...Public`` is what the server returns, ``...Page`` is a page of a list
 with ``next_cursor``. The sampler's models live in ``client.sampler_models``, a study's history
-for charts in ``client.progress_models``, its Pareto front in ``client.pareto_models`` and the
-building blocks in ``client._wire``; all are re-exported here.
+for charts in ``client.progress_models``, its Pareto front in ``client.pareto_models``, notes and
+curves in ``client.notes_models``, the building blocks in ``client._wire``; all re-exported here.
 """
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ from client._wire import Int32 as Int32
 from client._wire import Int64 as Int64
 from client._wire import JsonDict as JsonDict
 from client._wire import Name as Name
+from client._wire import Note as Note
 from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
+from client.notes_models import StudyCurves as StudyCurves
+from client.notes_models import TrialCurve as TrialCurve
+from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
@@ -130,6 +134,7 @@ class StudyCreate(StudyConfig):
 class StudyUpdate(_Request):
     state: StudyState | None = None
     metadata: JsonDict | None = None
+    notes: Note | None = Field(default=None, description="Replaces the notes; empty removes.")
 
 
 class WeightTransform(BaseModel):
@@ -196,6 +201,8 @@ class TrialPublic(BaseModel):
     reason: str | None = None
     worker_id: str | None = None
     lease_expires_at: datetime | None = None
+    #: The worker's last sign of life: the ask that handed the trial out, a heartbeat, a report.
+    heartbeat_at: datetime | None = None
     retries: int = 0
     details: dict[str, Any] = Field(default_factory=dict)
     #: Schedulers' trials only: what to train, from where (see ``Unit``).
@@ -204,6 +211,7 @@ class TrialPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    note: str | None = None
 
 
 class StudyPublic(StudyConfig):
@@ -222,6 +230,7 @@ class StudyPublic(StudyConfig):
     best_values: dict[str, float] | None = None
     created_at: datetime
     updated_at: datetime
+    notes: str | None = None
 
 
 class StudiesPage(BaseModel):
@@ -374,6 +383,7 @@ class TrialExport(_Results):
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    note: Note | None = None
 
 
 class StudyExport(_Request):
@@ -385,6 +395,7 @@ class StudyExport(_Request):
     engine_state: JsonDict = Field(default_factory=dict)
     #: The study's ask count (``StudyPublic.engine_state_version``); it seeds the next ask's rng.
     engine_state_version: Int32 = 0
+    notes: Note | None = None
 
 
 # --- events -------------------------------------------------------------------------------

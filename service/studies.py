@@ -25,6 +25,7 @@ from engines.errors import EngineError
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
+from service.notes import stored_note
 from service.problem import ParsedStudy, parse_study
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
 from service.wire import study_public, trial_public
@@ -144,7 +145,7 @@ def list_studies(store: Store, tenant_id: int, after: int | None, limit: int) ->
 def update_study(
     store: Store, tenant_id: int, study_id: int, body: StudyUpdate, idem: IdemKey | None
 ) -> Answer:
-    """Change the state and merge metadata (a key set to null is removed)."""
+    """Change the state, merge metadata (a key set to null is removed), replace the notes."""
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         row = find_study(conn, tenant_id, study_id, for_update=True)
@@ -154,6 +155,8 @@ def update_study(
         if body.metadata is not None:
             merged = {**row.metadata, **body.metadata}
             values["metadata"] = {k: v for k, v in merged.items() if v is not None}
+        if body.notes is not None:
+            values["notes"] = stored_note(body.notes)
         conn.execute(update(studies_t).where(studies_t.c.id == study_id).values(**values))
         return 200, study_with_stats(store, conn, find_study(conn, tenant_id, study_id))
 

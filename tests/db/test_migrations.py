@@ -130,3 +130,38 @@ def test_0006_renames_engine_state_version_to_ask_count_keeping_the_counts(empty
     _alembic(engine, command.upgrade, "head")
     check_current(engine)
     engine.dispose()
+
+
+def test_0008_adds_notes_and_heartbeat_at_keeping_the_rows(empty_url):
+    engine = create_engine(empty_url)
+    _alembic(engine, command.upgrade, "0007")
+    config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
+    now = datetime(2026, 1, 1)
+    with engine.begin() as conn:
+        studies = Table("studies", MetaData(), autoload_with=conn)
+        study = {"tenant_id": 1, "name": "old", "config": config, "state": "active"}
+        study.update(metadata={}, seed=1, engine_state={}, ask_count=0, revision=0)
+        study.update(next_trial_number=1, created_at=now, updated_at=now)
+        sid = conn.execute(insert(studies).values(**study).returning(studies.c.id)).scalar_one()
+        trials = Table("trials", MetaData(), autoload_with=conn)
+        trial = {"study_id": sid, "number": 0, "state": "running", "params": {"x": 0.0}}
+        trial.update(x=np.array([0.5]).tobytes(), retries=1, details={}, metadata={})
+        conn.execute(insert(trials).values(created_at=now, worker_id="w", **trial))
+    assert "heartbeat_at" not in _trial_columns_and_indexes(engine)[0]
+
+    _alembic(engine, command.upgrade, "0008")
+    assert {"note", "heartbeat_at"} <= _trial_columns_and_indexes(engine)[0]
+    assert "notes" in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT worker_id, retries, note, heartbeat_at FROM trials")).one()
+        notes = conn.execute(text("SELECT notes FROM studies")).scalar_one()
+    assert tuple(row) == ("w", 1, None, None) and notes is None
+
+    _alembic(engine, command.downgrade, "0007")
+    assert not {"note", "heartbeat_at"} & _trial_columns_and_indexes(engine)[0]
+    assert "notes" not in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 1
+    _alembic(engine, command.upgrade, "head")
+    check_current(engine)
+    engine.dispose()
