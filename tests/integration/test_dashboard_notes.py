@@ -123,8 +123,17 @@ def test_the_running_panel_shows_heartbeat_ages_retries_and_stuck_workers(server
     assert r.status_code == 200, r.text
     page.wait_for_selector(f"{row}:not(.stuck)", timeout=8000)
     assert int(page.locator(f"{row} td.heartbeat").inner_text().split()[0]) <= 8
-    # The retries column (a trial re-served after a lease expired shows its count).
-    assert page.locator(f"{row} td.num").nth(1).inner_text() == "0"
+    assert page.locator(f"{row} td.retries").inner_text() == "0"
+    # A trial re-served after its lease lapsed (the next ask requeues it) counts a retry.
+    lapsed = _ask(api, sid, worker_id="w2", lease_seconds=1)
+    time.sleep(1.5)
+    r = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": "w3", "lease_seconds": 3600})
+    served = r.json()["trials"][0]
+    assert (served["number"], served["retries"]) == (lapsed, 1), r.text
+    again = f"#running tr[data-number='{lapsed}']"
+    page.wait_for_selector(f"{again} td:text('w3')", timeout=8000)
+    assert page.locator(f"{again} td.retries").inner_text() == "1"
+    assert page.locator(f"{again} td.heartbeat").inner_text().endswith("s ago")
     watched.assert_clean()
 
 

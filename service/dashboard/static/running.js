@@ -92,7 +92,7 @@ export class RunningPanel {
       el("td", { title: trial.started_at || "" }, ago(trial.started_at)),
       el("td", { class: "heartbeat", title: trial.heartbeat_at || "" }, heartbeatText(age)),
       el("td", { class: "lease", title: trial.lease_expires_at || "" }, leaseLeft(trial.lease_expires_at)),
-      el("td", { class: "num" }, trial.retries),
+      el("td", { class: "num retries" }, trial.retries),
       el("td", { class: "latest" }, latest(curve)),
       el("td", {}, el("button", { class: "fail", onclick: () => this.fail(trial.number) }, "Fail")),
     );
