@@ -33,15 +33,20 @@ from client.models import (
     SamplerTell,
     StudiesPage,
     StudyCreate,
+    StudyCurves,
     StudyExport,
+    StudyHistory,
+    StudyPareto,
     StudyPublic,
     StudyState,
     StudyUpdate,
     TellRequest,
     TrialCreate,
+    TrialNote,
     TrialPublic,
     TrialsPage,
 )
+from client.notes_models import CurveSelection
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -319,6 +324,43 @@ def measurements(study: StudyHandle, number: int) -> Op[list[MeasurementPublic]]
     return (yield Call("GET", path, decoder(list[MeasurementPublic])))
 
 
+def set_note(study: StudyHandle, number: int, note: str) -> Op[TrialPublic]:
+    """Replace trial ``number``'s note (``""`` removes it); finished trials take notes too."""
+    path = f"/v1/studies/{study.id}/trials/{number}/note"
+    return (yield Call("PUT", path, _trial, json=body(TrialNote(note=note))))
+
+
+def history(study: StudyHandle, max_points: int = 2000) -> Op[StudyHistory]:
+    """The finished trials' values and each objective's best-so-far, for a chart (at most
+    ``max_points`` trials, downsampled on the server)."""
+    path = f"/v1/studies/{study.id}/history"
+    return (yield Call("GET", path, decoder(StudyHistory), params={"max_points": max_points}))
+
+
+def pareto(study: StudyHandle, max_points: int = 2000) -> Op[StudyPareto]:
+    """The completed trials in objective space: the whole front, at most ``max_points`` others,
+    and the hypervolume over trials (several objectives)."""
+    path = f"/v1/studies/{study.id}/pareto"
+    return (yield Call("GET", path, decoder(StudyPareto), params={"max_points": max_points}))
+
+
+def curves(
+    study: StudyHandle,
+    selection: CurveSelection = "recent",
+    objective: str | None = None,
+    max_trials: int = 10,
+    max_points_per_trial: int = 200,
+) -> Op[StudyCurves]:
+    """The intermediate values (reports) of the ``recent``, ``best`` or ``running`` trials, each
+    downsampled on the server to ``max_points_per_trial`` steps."""
+    params: dict[str, Any] = {"selection": selection, "max_trials": max_trials}
+    params["max_points_per_trial"] = max_points_per_trial
+    if objective is not None:
+        params["objective"] = objective
+    path = f"/v1/studies/{study.id}/measurements"
+    return (yield Call("GET", path, decoder(StudyCurves), params=params))
+
+
 def best(study: StudyHandle) -> Op[BestPublic]:
     return (yield Call("GET", f"/v1/studies/{study.id}/best", decoder(BestPublic)))
 
@@ -350,11 +392,15 @@ def export_csv(study: StudyHandle) -> Op[str]:
 
 
 def update(
-    study: StudyHandle, state: StudyState | None = None, metadata: dict[str, Any] | None = None
+    study: StudyHandle,
+    state: StudyState | None = None,
+    metadata: dict[str, Any] | None = None,
+    notes: str | None = None,
 ) -> Op[StudyPublic]:
-    change = StudyUpdate.model_validate(
-        {k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None}
-    )
+    """Change the study's state, merge ``metadata`` into its own (a key set to ``None`` is
+    removed), replace its ``notes`` (``""`` removes them)."""
+    fields = {"state": state, "metadata": metadata, "notes": notes}
+    change = StudyUpdate.model_validate({k: v for k, v in fields.items() if v is not None})
     path = f"/v1/studies/{study.id}"
     study.info = yield Call("PATCH", path, _study, json=body(change))
     return study.info
