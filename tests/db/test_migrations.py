@@ -68,7 +68,9 @@ def _insert_old_study(conn, name, config, **columns):
     studies = Table("studies", MetaData(), autoload_with=conn)
     now = datetime(2026, 1, 1)
     row = {"tenant_id": 1, "name": name, "config": config, "state": "active", "metadata": {}}
-    row.update(seed=1, engine_state={}, engine_state_version=0, revision=0, next_trial_number=0)
+    # The ask counter's column was renamed by 0006.
+    counter = "ask_count" if "ask_count" in studies.c else "engine_state_version"
+    row.update(seed=1, engine_state={}, revision=0, next_trial_number=0, **{counter: 0})
     row.update(created_at=now, updated_at=now, **columns)
     return conn.execute(insert(studies).values(**row).returning(studies.c.id)).scalar_one()
 
@@ -138,11 +140,7 @@ def test_0008_adds_notes_and_heartbeat_at_keeping_the_rows(empty_url):
     config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
     now = datetime(2026, 1, 1)
     with engine.begin() as conn:
-        studies = Table("studies", MetaData(), autoload_with=conn)
-        study = {"tenant_id": 1, "name": "old", "config": config, "state": "active"}
-        study.update(metadata={}, seed=1, engine_state={}, ask_count=0, revision=0)
-        study.update(next_trial_number=1, created_at=now, updated_at=now)
-        sid = conn.execute(insert(studies).values(**study).returning(studies.c.id)).scalar_one()
+        sid = _insert_old_study(conn, "old", config, next_trial_number=1)
         trials = Table("trials", MetaData(), autoload_with=conn)
         trial = {"study_id": sid, "number": 0, "state": "running", "params": {"x": 0.0}}
         trial.update(x=np.array([0.5]).tobytes(), retries=1, details={}, metadata={})

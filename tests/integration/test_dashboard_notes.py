@@ -6,23 +6,20 @@ test-artifacts/dashboard/."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.conftest import Server
+
+# The API client fixture and the page helpers of the trial-page tests.
+from tests.integration.test_dashboard_trials import _eventually, _open
+from tests.integration.test_dashboard_trials import api as api
 
 pytestmark = pytest.mark.integration
 
 PARAMETERS = [{"type": "float", "name": "x", "low": -5.0, "high": 5.0}]
-
-
-@pytest.fixture
-def api(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=30) as client:
-        yield client
 
 
 def _study(api: httpx.Client, name: str, **fields: object) -> int:
@@ -43,24 +40,18 @@ def _report(api: httpx.Client, sid: int, number: int, step: int, value: float) -
     assert r.status_code == 201, r.text
 
 
-def _open(watched: WatchedPage, url: str) -> None:
-    watched.page.goto(url)
-    watched.page.wait_for_selector("body[data-revision]")
-
-
-def _eventually(check: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "the API never showed the change"
-        time.sleep(0.1)
-
-
-def _save_notes(watched: WatchedPage, box: str, text: str) -> None:
+def _save_and_reload(watched: WatchedPage, box: str, text: str, stored: Callable[[], str]) -> None:
+    """Types ``text`` in the notes box ``box``, saves it, waits until the API has it
+    (``stored()``), reloads the page and checks that the box shows it."""
     page = watched.page
     page.fill(f"{box} textarea", text)
     page.wait_for_selector(f"{box} .notes-status:text('unsaved changes')")
     page.click(f"{box} .notes-save")
     page.wait_for_selector(f"{box} .notes-status:text('saved')")
+    _eventually(lambda: stored() == text)
+    page.reload()
+    page.wait_for_selector("body[data-revision]")
+    assert page.input_value(f"{box} textarea") == text
 
 
 def test_study_and_trial_notes_are_saved_and_persist_across_reloads(server, api, watched):
@@ -68,18 +59,11 @@ def test_study_and_trial_notes_are_saved_and_persist_across_reloads(server, api,
     number = _ask(api, sid, worker_id="w1")
     page = watched.page
     _open(watched, f"{server.url}/dashboard/studies/{sid}")
-    _save_notes(watched, "#study-notes", "Baseline sweep.\nCompare with =lr study.")
-    _eventually(
-        lambda: (
-            api.get(f"/v1/studies/{sid}").json()["notes"]
-            == "Baseline sweep.\nCompare with =lr study."
-        )
-    )
-    page.reload()
-    page.wait_for_selector("body[data-revision]")
-    assert page.input_value("#study-notes textarea") == "Baseline sweep.\nCompare with =lr study."
+    study = f"/v1/studies/{sid}"
+    text = "Baseline sweep.\nCompare with =lr study."
+    _save_and_reload(watched, "#study-notes", text, lambda: api.get(study).json()["notes"])
     # A note written elsewhere shows up live, without a reload.
-    api.patch(f"/v1/studies/{sid}", json={"notes": "edited through the API"})
+    api.patch(study, json={"notes": "edited through the API"})
     page.wait_for_function(
         "document.querySelector('#study-notes textarea').value === 'edited through the API'",
         timeout=8000,
@@ -87,16 +71,9 @@ def test_study_and_trial_notes_are_saved_and_persist_across_reloads(server, api,
     watched.screenshot("study-notes")
 
     _open(watched, f"{server.url}/dashboard/studies/{sid}/trials/{number}")
-    _save_notes(watched, "#trial-note", "worker w1 ran out of memory once")
-    _eventually(
-        lambda: (
-            api.get(f"/v1/studies/{sid}/trials/{number}").json()["note"]
-            == "worker w1 ran out of memory once"
-        )
-    )
-    page.reload()
-    page.wait_for_selector("body[data-revision]")
-    assert page.input_value("#trial-note textarea") == "worker w1 ran out of memory once"
+    trial = f"{study}/trials/{number}"
+    text = "w1 ran out of memory once"
+    _save_and_reload(watched, "#trial-note", text, lambda: api.get(trial).json()["note"])
     watched.screenshot("trial-note")
     # Leaving a page cuts its event stream: the only requests expected to fail.
     assert all("/events net::ERR_ABORTED" in p for p in watched.problems), watched.problems
