@@ -39,7 +39,7 @@ export class IntermediateValues {
       el("option", { value: "recent" }, "most recent trials"),
       el("option", { value: "best" }, "best trials"),
     );
-    controlNode.replaceChildren(el("label", {}, "Show ", this.selection));
+    controlNode.replaceChildren(el("label", {}, "of the ", this.selection));
   }
 
   async show() {
@@ -52,8 +52,9 @@ export class IntermediateValues {
     this.node.dataset.trials = curves.trials.map((c) => c.number).join(",");
     this.node.dataset.points = points;
     const downsampled = curves.trials.some((c) => c.points.length < c.measurements);
-    this.noteNode.textContent = curves.trials.length
-      ? `${curves.trials.length} trials${curves.truncated ? ` (the first ${MAX_TRIALS})` : ""}, ` +
+    const n = curves.trials.length;
+    this.noteNode.textContent = n
+      ? `${n} trial${n === 1 ? "" : "s"}${curves.truncated ? ` (the first ${MAX_TRIALS})` : ""}, ` +
         `${curves.objective} by step${downsampled ? "; long curves downsampled on the server" : ""}.`
       : "No trial has reported intermediate values.";
     const layout = {

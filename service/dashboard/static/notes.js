@@ -14,7 +14,7 @@ export class NotesBox {
     this.saved = null;
     this.text = el("textarea", {
       class: "notes-text",
-      rows: 4,
+      rows: 3,
       maxlength: MAX_CHARS,
       placeholder,
       oninput: () => this.edited(),

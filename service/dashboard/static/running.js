@@ -64,13 +64,15 @@ export class RunningPanel {
     this.ticker = setInterval(() => this.tick(), 1000);
   }
 
-  // Between refreshes: the heartbeat ages and the stuck marks move with the clock.
+  // Between refreshes: the times and the stuck marks move with the clock.
   tick() {
     for (const row of this.node.querySelectorAll("tr[data-lease]")) {
       const trial = { heartbeat_at: row.dataset.heartbeat || null, lease_expires_at: row.dataset.lease };
       const { age, stuck } = heartbeat(trial, this.leaseSeconds);
       row.querySelector(".heartbeat").textContent = heartbeatText(age);
       row.querySelector(".lease").textContent = leaseLeft(trial.lease_expires_at);
+      const started = row.querySelector(".started");
+      started.textContent = ago(started.title);
       row.classList.toggle("stuck", stuck);
     }
   }
@@ -89,7 +91,7 @@ export class RunningPanel {
       },
       el("td", { class: "num" }, el("a", { href }, trial.number)),
       el("td", {}, trial.worker_id || ""),
-      el("td", { title: trial.started_at || "" }, ago(trial.started_at)),
+      el("td", { class: "started", title: trial.started_at || "" }, ago(trial.started_at)),
       el("td", { class: "heartbeat", title: trial.heartbeat_at || "" }, heartbeatText(age)),
       el("td", { class: "lease", title: trial.lease_expires_at || "" }, leaseLeft(trial.lease_expires_at)),
       el("td", { class: "num retries" }, trial.retries),
