@@ -50,7 +50,7 @@ export class RunningPanel {
       getJson(`${base}/measurements`, { selection: "running", max_trials: PANEL_SIZE, max_points_per_trial: 2 }),
     ]);
     const byNumber = new Map(curves.trials.map((c) => [c.number, c]));
-    const headers = ["#", "Worker", "Started", "Last heartbeat", "Lease expires", "Retries", "Latest value", ""];
+    const headers = ["#", "Worker", "Started", "Lease expires", "Last heartbeat", "Retries", "Latest value", ""];
     const rows = page.data.map((trial) => this.row(trial, byNumber.get(trial.number)));
     this.node.replaceChildren(
       el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
@@ -92,8 +92,8 @@ export class RunningPanel {
       el("td", { class: "num" }, el("a", { href }, trial.number)),
       el("td", {}, trial.worker_id || ""),
       el("td", { class: "started", title: trial.started_at || "" }, ago(trial.started_at)),
-      el("td", { class: "heartbeat", title: trial.heartbeat_at || "" }, heartbeatText(age)),
       el("td", { class: "lease", title: trial.lease_expires_at || "" }, leaseLeft(trial.lease_expires_at)),
+      el("td", { class: "heartbeat", title: trial.heartbeat_at || "" }, heartbeatText(age)),
       el("td", { class: "num retries" }, trial.retries),
       el("td", { class: "latest" }, latest(curve)),
       el("td", {}, el("button", { class: "fail", onclick: () => this.fail(trial.number) }, "Fail")),
