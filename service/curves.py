@@ -93,6 +93,8 @@ def _points(
     has. A trial with more keeps every ``stride``-th step from the first, and the last, with
     ``stride = ceil(n / (max_points - 1))``: at most ``max_points - 1`` strided steps and one
     last."""
+    if not trial_ids:
+        return {}, {}
     m = measurements_t
     numbered = (
         select(
