@@ -27,7 +27,6 @@ from client._wire import StudyState as StudyState
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
 from client.notes_models import StudyCurves as StudyCurves
-from client.notes_models import TrialCurve as TrialCurve
 from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint

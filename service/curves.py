@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Select, case, exists, func, or_, select
 from sqlalchemy.engine import Connection
 
-from client.models import StudyCurves, TrialCurve
-from client.notes_models import CurvePoint, CurveSelection
+from client.models import StudyCurves
+from client.notes_models import CurvePoint, CurveSelection, TrialCurve
 from service.errors import ApiError, ProblemCode
 from service.problem import ParsedStudy
 from service.store import Store, find_study, measurements_t, trials_t
