@@ -60,6 +60,7 @@ from client.errors import (
 
 if TYPE_CHECKING:
     from client._async import AsyncClient, AsyncSampler, AsyncStudy
+    from client._events import ServerEvent
     from client._sync import Client, Sampler, Study
 
 #: The names that load httpx, by the module that defines them.
@@ -69,6 +70,7 @@ _LAZY = {
     "AsyncStudy": "client._async",
     "Client": "client._sync",
     "Sampler": "client._sync",
+    "ServerEvent": "client._events",
     "Study": "client._sync",
 }
 
@@ -109,6 +111,7 @@ __all__ = [
     "NotASchedulerStudy",
     "NotFound",
     "Sampler",
+    "ServerEvent",
     "ShapeMismatch",
     "StaleIteration",
     "StepNotFinite",

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from client._base import Call, retry_delay
+from client._base import Call, raise_for_problem, retry_delay
+from client._events import EventStream, ServerEvent
 from client._methods import Awaiting, ClientMethods, SamplerMethods, StudyMethods
 from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
 from client.models import SamplerPublic, StudyPublic
@@ -28,6 +29,18 @@ class AsyncStudy(StudyMethods, Awaiting):
     functions."""
 
     client: AsyncClient
+
+    async def events(self, last_event_id: str | None = None) -> AsyncIterator[ServerEvent]:
+        """As ``Study.events``: ``async for event in study.events()``."""
+        stream = EventStream(self.id, last_event_id, self.client.retries)
+        while True:
+            try:
+                async for event in self.client._stream(stream):
+                    yield event
+                error = None
+            except httpx.TransportError as exc:
+                error = exc
+            await asyncio.sleep(stream.lost(error))
 
 
 class AsyncSampler(SamplerMethods, Awaiting):
@@ -88,6 +101,20 @@ class AsyncClient(ClientMethods[httpx.AsyncClient, httpx.AsyncBaseTransport], Aw
             page = await self.send(pages.call(page.next_cursor))
             for item in page.data:
                 yield item
+
+    async def _stream(self, stream: EventStream) -> AsyncIterator[ServerEvent]:
+        """One connection of ``stream``: its events until the server or the network ends it."""
+        response = await self._http.send(self._prepare(stream.call()), stream=True)
+        try:
+            if response.is_error:
+                await response.aread()
+                raise_for_problem(response)
+            async for line in response.aiter_lines():
+                event = stream.feed(line)
+                if event is not None:
+                    yield event
+        finally:
+            await response.aclose()
 
     async def _open(self, op: Op[StudyPublic | SamplerPublic]) -> AsyncStudy | AsyncSampler:
         info = await self._run(op)

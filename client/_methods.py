@@ -20,6 +20,7 @@ import httpx
 
 from client import _loops
 from client import _operations as ops
+from client import _sampler_operations as sampler_ops
 from client._base import DEFAULT_BASE_URL, DEFAULT_RETRIES, DEFAULT_TIMEOUT, Call
 from client._operations import Op, Pages
 from client.errors import ClientClosed
@@ -173,8 +174,8 @@ class ClientMethods(Generic[HttpT, TransportT]):
     list_studies = Listing(ops.list_studies)
     engine_names = Method(ops.engine_names)
     import_study = Opening(ops.import_study)
-    create_sampler = Opening(ops.create_sampler)
-    get_sampler = Opening(ops.get_sampler)
+    create_sampler = Opening(sampler_ops.create_sampler)
+    get_sampler = Opening(sampler_ops.get_sampler)
 
 
 InfoT = TypeVar("InfoT", StudyPublic, SamplerPublic)
@@ -216,6 +217,10 @@ class StudyMethods(_Handle[StudyPublic]):
     trial = Method(ops.trial)
     trials = Listing(ops.trials)
     measurements = Method(ops.measurements)
+    set_note = Method(ops.set_note)
+    history = Method(ops.history)
+    pareto = Method(ops.pareto)
+    curves = Method(ops.curves)
     best = Method(ops.best)
     lineage = Method(ops.lineage)
     best_schedule = Method(ops.best_schedule)
@@ -232,8 +237,8 @@ class SamplerMethods(_Handle[SamplerPublic]):
     """The methods of ``Sampler`` and ``AsyncSampler``."""
 
     _shown = "iteration"
-    refresh = Method(ops.refresh_sampler)
-    ask = Method(ops.ask_sampler)
-    tell = Method(ops.tell_sampler)
-    run = Method(ops.run_sampler)
-    delete = Method(ops.delete_sampler)
+    refresh = Method(sampler_ops.refresh_sampler)
+    ask = Method(sampler_ops.ask_sampler)
+    tell = Method(sampler_ops.tell_sampler)
+    run = Method(sampler_ops.run_sampler)
+    delete = Method(sampler_ops.delete_sampler)

@@ -27,22 +27,22 @@ from client.models import (
     Lineage,
     MeasurementPublic,
     ReportRequest,
-    SamplerAsk,
-    SamplerCreate,
-    SamplerPublic,
-    SamplerStep,
-    SamplerTell,
     StudiesPage,
     StudyCreate,
+    StudyCurves,
     StudyExport,
+    StudyHistory,
+    StudyPareto,
     StudyPublic,
     StudyState,
     StudyUpdate,
     TellRequest,
     TrialCreate,
+    TrialNote,
     TrialPublic,
     TrialsPage,
 )
+from client.notes_models import CurveSelection
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -118,11 +118,6 @@ class StudyHandle(Protocol):
     info: StudyPublic
 
 
-class SamplerHandle(Protocol):
-    id: int
-    info: SamplerPublic
-
-
 def _listing(
     path: str, decode: Callable[[httpx.Response], Page[T]], params: dict[str, Any]
 ) -> Pages[T]:
@@ -137,7 +132,6 @@ def _listing(
 
 _study = decoder(StudyPublic)
 _trial = decoder(TrialPublic)
-_sampler = decoder(SamplerPublic)
 
 
 # --- the client: studies and samplers -----------------------------------------------------
@@ -209,17 +203,6 @@ def import_study(
     data = body(StudyExport.model_validate(export))
     params = {"name": name} if name else None
     return (yield Call("POST", "/v1/studies/import", _study, json=data, params=params))
-
-
-def create_sampler(client: object, dim: int, n_targets: int, **fields: Any) -> Op[SamplerPublic]:
-    """Create a multi-target sampler; ``fields`` are other ``SamplerCreate`` fields
-    (``n_particles``, ``algorithm``, ``kernel``, ``eta``, ``init``, ``bounds``, ``seed``...)."""
-    spec = SamplerCreate.model_validate({"dim": dim, "n_targets": n_targets, **fields})
-    return (yield Call("POST", "/v1/samplers", _sampler, json=body(spec)))
-
-
-def get_sampler(client: object, sampler_id: int) -> Op[SamplerPublic]:
-    return (yield Call("GET", f"/v1/samplers/{sampler_id}", _sampler))
 
 
 # --- a study ------------------------------------------------------------------------------
@@ -343,6 +326,43 @@ def measurements(study: StudyHandle, number: int) -> Op[list[MeasurementPublic]]
     return (yield Call("GET", path, decoder(list[MeasurementPublic])))
 
 
+def set_note(study: StudyHandle, number: int, note: str) -> Op[TrialPublic]:
+    """Replace trial ``number``'s note (``""`` removes it); finished trials take notes too."""
+    path = f"/v1/studies/{study.id}/trials/{number}/note"
+    return (yield Call("PUT", path, _trial, json=body(TrialNote(note=note))))
+
+
+def history(study: StudyHandle, max_points: int = 2000) -> Op[StudyHistory]:
+    """The finished trials' values and each objective's best-so-far, for a chart (at most
+    ``max_points`` trials, downsampled on the server)."""
+    path = f"/v1/studies/{study.id}/history"
+    return (yield Call("GET", path, decoder(StudyHistory), params={"max_points": max_points}))
+
+
+def pareto(study: StudyHandle, max_points: int = 2000) -> Op[StudyPareto]:
+    """The completed trials in objective space: the whole front, at most ``max_points`` others,
+    and the hypervolume over trials (several objectives)."""
+    path = f"/v1/studies/{study.id}/pareto"
+    return (yield Call("GET", path, decoder(StudyPareto), params={"max_points": max_points}))
+
+
+def curves(
+    study: StudyHandle,
+    selection: CurveSelection = "recent",
+    objective: str | None = None,
+    max_trials: int = 10,
+    max_points_per_trial: int = 200,
+) -> Op[StudyCurves]:
+    """The intermediate values (reports) of the ``recent``, ``best`` or ``running`` trials, each
+    downsampled on the server to ``max_points_per_trial`` steps."""
+    params: dict[str, Any] = {"selection": selection, "max_trials": max_trials}
+    params["max_points_per_trial"] = max_points_per_trial
+    if objective is not None:
+        params["objective"] = objective
+    path = f"/v1/studies/{study.id}/measurements"
+    return (yield Call("GET", path, decoder(StudyCurves), params=params))
+
+
 def best(study: StudyHandle) -> Op[BestPublic]:
     return (yield Call("GET", f"/v1/studies/{study.id}/best", decoder(BestPublic)))
 
@@ -378,11 +398,15 @@ def update(
     state: StudyState | None = None,
     metadata: dict[str, Any] | None = None,
     max_trials: int | EllipsisType | None = ...,
+    notes: str | None = None,
 ) -> Op[StudyPublic]:
-    """Change the state, merge ``metadata`` (a key set to ``None`` is removed), and set the
-    trial budget ``max_trials`` (``None`` removes it; left out, it stays)."""
+    """Change the state, merge ``metadata`` (a key set to ``None`` is removed), set the
+    trial budget ``max_trials`` (``None`` removes it; left out, it stays) and replace the
+    ``notes`` (``""`` removes them)."""
     fields: dict[str, Any] = {
-        k: v for k, v in {"state": state, "metadata": metadata}.items() if v is not None
+        k: v
+        for k, v in {"state": state, "metadata": metadata, "notes": notes}.items()
+        if v is not None
     }
     if max_trials is not ...:
         fields["max_trials"] = max_trials
@@ -394,54 +418,6 @@ def update(
 
 def delete(study: StudyHandle) -> Op[None]:
     yield Call("DELETE", f"/v1/studies/{study.id}", no_content)
-
-
-# --- a sampler ----------------------------------------------------------------------------
-
-
-def refresh_sampler(sampler: SamplerHandle) -> Op[SamplerPublic]:
-    sampler.info = yield from get_sampler(None, sampler.id)
-    return sampler.info
-
-
-def ask_sampler(sampler: SamplerHandle) -> Op[SamplerAsk]:
-    path = f"/v1/samplers/{sampler.id}/ask"
-    return (yield Call("POST", path, decoder(SamplerAsk)))
-
-
-def tell_sampler(
-    sampler: SamplerHandle, iteration: int, grad_log_prob: Any, log_prob: Any = None
-) -> Op[SamplerStep]:
-    """Tell the scores at the positions of ``iteration`` (nested lists or arrays)."""
-    req = SamplerTell(
-        iteration=iteration,
-        grad_log_prob=_as_lists(grad_log_prob),
-        log_prob=None if log_prob is None else _as_lists(log_prob),
-    )
-    path = f"/v1/samplers/{sampler.id}/tell"
-    return (yield Call("POST", path, decoder(SamplerStep), json=body(req)))
-
-
-def _as_lists(value: Any) -> Any:
-    return value.tolist() if hasattr(value, "tolist") else value
-
-
-def run_sampler(
-    sampler: SamplerHandle, scores: Callable[[list[list[float]]], Any], iterations: int
-) -> Op[SamplerPublic]:
-    """``iterations`` rounds of ask, ``scores(X)``, tell; ``scores`` returns the gradients
-    ``K x m x d``, or ``(gradients, log_prob)`` with ``log_prob`` ``K x m`` (with the async
-    client, ``scores`` may be a coroutine function)."""
-    for _ in range(iterations):
-        asked = yield from ask_sampler(sampler)
-        answer = yield Evaluate(scores, asked.X)
-        grads, log_prob = answer if isinstance(answer, tuple) else (answer, None)
-        yield from tell_sampler(sampler, asked.iteration, grads, log_prob)
-    return (yield from refresh_sampler(sampler))
-
-
-def delete_sampler(sampler: SamplerHandle) -> Op[None]:
-    yield Call("DELETE", f"/v1/samplers/{sampler.id}", no_content)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from client._base import Call, retry_delay
+from client._base import Call, raise_for_problem, retry_delay
+from client._events import EventStream, ServerEvent
 from client._methods import Blocking, ClientMethods, SamplerMethods, StudyMethods
 from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
 from client.models import SamplerPublic, StudyPublic
@@ -27,6 +28,19 @@ class Study(StudyMethods, Blocking):
     """A study on the server; ``info`` is its state when last fetched (``refresh()``)."""
 
     client: Client
+
+    def events(self, last_event_id: str | None = None) -> Iterator[ServerEvent]:
+        """The study's events as they happen (trial asked, told, failed; study state), after
+        the event ``last_event_id`` when given; endless until the loop breaks. A lost connection
+        is opened again where it stopped (``client.retries`` times in a row at most)."""
+        stream = EventStream(self.id, last_event_id, self.client.retries)
+        while True:
+            try:
+                yield from self.client._stream(stream)
+                error = None
+            except httpx.TransportError as exc:
+                error = exc
+            time.sleep(stream.lost(error))
 
 
 class Sampler(SamplerMethods, Blocking):
@@ -103,6 +117,20 @@ class Client(ClientMethods[httpx.Client, httpx.BaseTransport], Blocking):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    def _stream(self, stream: EventStream) -> Iterator[ServerEvent]:
+        """One connection of ``stream``: its events until the server or the network ends it."""
+        response = self._http.send(self._prepare(stream.call()), stream=True)
+        try:
+            if response.is_error:
+                response.read()
+                raise_for_problem(response)
+            for line in response.iter_lines():
+                event = stream.feed(line)
+                if event is not None:
+                    yield event
+        finally:
+            response.close()
 
     def _open(self, op: Op[StudyPublic | SamplerPublic]) -> Study | Sampler:
         info = self._run(op)

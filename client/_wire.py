@@ -19,6 +19,8 @@ Name = Annotated[str, Field(min_length=1, max_length=256)]
 #: Bounded like the database columns that store them (PostgreSQL integer and bigint).
 Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
+#: A study's notes or a trial's note: free text, bounded so that a page of trials stays small.
+Note = Annotated[str, Field(max_length=10_000)]
 
 
 def _finite_json(value: Any) -> Any:

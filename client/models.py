@@ -3,14 +3,14 @@
 Naming follows one scheme: ``...Create`` and ``...Request`` are bodies a client sends (extra
 fields are rejected), ``...Public`` is what the server returns, ``...Page`` is a page of a list
 with ``next_cursor``. The sampler's models live in ``client.sampler_models``, a study's history
-for charts in ``client.progress_models``, its Pareto front in ``client.pareto_models`` and the
-building blocks in ``client._wire``; all are re-exported here.
+for charts in ``client.progress_models``, its Pareto front in ``client.pareto_models``, notes and
+curves in ``client.notes_models``, the problem codes in ``client.problem_models``, the building
+blocks in ``client._wire``; all re-exported here.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,13 +21,18 @@ from client._wire import Int32 as Int32
 from client._wire import Int64 as Int64
 from client._wire import JsonDict as JsonDict
 from client._wire import Name as Name
+from client._wire import Note as Note
 from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
+from client.notes_models import StudyCurves as StudyCurves
+from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
+from client.problem_models import ProblemCode as ProblemCode
+from client.problem_models import ProblemDetail as ProblemDetail
 from client.progress_models import HistoryPoint as HistoryPoint
 from client.progress_models import StudyHistory as StudyHistory
 from client.progress_models import StudyPoints as StudyPoints
@@ -140,6 +145,7 @@ class StudyUpdate(_Request):
     metadata: JsonDict | None = None
     #: A new trial budget; ``null`` removes it, leaving the field out keeps it.
     max_trials: MaxTrials | None = None
+    notes: Note | None = Field(default=None, description="Replaces the notes; empty removes.")
 
 
 class WeightTransform(BaseModel):
@@ -206,6 +212,8 @@ class TrialPublic(BaseModel):
     reason: str | None = None
     worker_id: str | None = None
     lease_expires_at: datetime | None = None
+    #: The worker's last sign of life: the ask that handed the trial out, a heartbeat, a report.
+    heartbeat_at: datetime | None = None
     retries: int = 0
     details: dict[str, Any] = Field(default_factory=dict)
     #: Schedulers' trials only: what to train, from where (see ``Unit``).
@@ -214,6 +222,7 @@ class TrialPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    note: str | None = None
 
 
 class StudyPublic(StudyConfig):
@@ -234,6 +243,7 @@ class StudyPublic(StudyConfig):
     max_trials: int | None = None
     created_at: datetime
     updated_at: datetime
+    notes: str | None = None
 
 
 class StudiesPage(BaseModel):
@@ -386,6 +396,7 @@ class TrialExport(_Results):
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    note: Note | None = None
 
 
 class StudyExport(_Request):
@@ -397,6 +408,7 @@ class StudyExport(_Request):
     engine_state: JsonDict = Field(default_factory=dict)
     #: The study's ask count (``StudyPublic.engine_state_version``); it seeds the next ask's rng.
     engine_state_version: Int32 = 0
+    notes: Note | None = None
 
 
 # --- events -------------------------------------------------------------------------------
@@ -419,82 +431,3 @@ class StudyEvent(BaseModel):
         description="The study's revision the event happened at (for study_state, the one it "
         "was seen at)."
     )
-
-
-# --- errors -------------------------------------------------------------------------------
-
-
-class ProblemCode(StrEnum):
-    """Every ``code`` a problem+json error of the API carries, each with its HTTP ``status``.
-
-    The service raises with these members (``service.errors.ApiError``), and each route lists
-    the ones it answers with in the OpenAPI document; the README's error table has one row per
-    member.
-    """
-
-    status: int
-
-    def __new__(cls, code: str, status: int) -> ProblemCode:
-        member = str.__new__(cls, code)
-        member._value_ = code
-        member.status = status
-        return member
-
-    # 400, 405, 413: the request itself is unreadable
-    MALFORMED_JSON = "malformed_json", 400
-    HTTP_ERROR = "http_error", 400  # any other HTTP error Starlette raises, with its own status
-    METHOD_NOT_ALLOWED = "method_not_allowed", 405
-    BODY_TOO_LARGE = "body_too_large", 413
-    # 404: the path names nothing (no such study, sampler or route) or no such trial
-    NOT_FOUND = "not_found", 404
-    TRIAL_NOT_FOUND = "trial_not_found", 404
-    NO_COMPLETED_UNIT = "no_completed_unit", 404
-    # 409: the request is well formed but conflicts with what is stored
-    CONFLICT = "conflict", 409
-    STUDY_EXISTS = "study_exists", 409
-    STUDY_NOT_ACTIVE = "study_not_active", 409
-    TRIAL_FINISHED = "trial_finished", 409
-    TRIAL_NOT_RUNNING = "trial_not_running", 409
-    TRIAL_REASSIGNED = "trial_reassigned", 409
-    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused", 409
-    STALE_ITERATION = "stale_iteration", 409
-    ENGINE_SCHEDULES_UNITS = "engine_schedules_units", 409
-    NOT_A_SCHEDULER_STUDY = "not_a_scheduler_study", 409
-    MAX_TRIALS_REACHED = "max_trials_reached", 409
-    # 422: a field's value is wrong; ``detail`` says what to fix
-    VALIDATION_ERROR = "validation_error", 422
-    INVALID_SEARCH_SPACE = "invalid_search_space", 422
-    INVALID_ENGINE = "invalid_engine", 422
-    ENGINE_UNSUPPORTED = "engine_unsupported", 422
-    INVALID_STUDY = "invalid_study", 422
-    INVALID_IMPORT = "invalid_import", 422
-    INVALID_PARAMS = "invalid_params", 422
-    INVALID_CURSOR = "invalid_cursor", 422
-    INVALID_IDEMPOTENCY_KEY = "invalid_idempotency_key", 422
-    UNKNOWN_OBJECTIVE = "unknown_objective", 422
-    UNKNOWN_CONSTRAINT = "unknown_constraint", 422
-    MISSING_OBJECTIVE = "missing_objective", 422
-    MISSING_CONSTRAINT = "missing_constraint", 422
-    NON_FINITE_VALUE = "non_finite_value", 422
-    CHECKPOINT_REQUIRED = "checkpoint_required", 422
-    INVALID_SAMPLER = "invalid_sampler", 422
-    SHAPE_MISMATCH = "shape_mismatch", 422
-    NON_FINITE_GRADIENT = "non_finite_gradient", 422
-    NON_FINITE_LOG_PROB = "non_finite_log_prob", 422
-    STEP_NOT_FINITE = "step_not_finite", 422
-    # 503: try again (the client retries these)
-    UNAVAILABLE = "unavailable", 503
-    # 500: a bug of the server; the error is logged
-    INTERNAL_ERROR = "internal_error", 500
-
-
-class ProblemDetail(BaseModel):
-    """An RFC 9457 problem+json body; ``code`` is stable and safe to branch on."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str = "about:blank"
-    title: str
-    status: int
-    detail: str
-    code: str

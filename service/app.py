@@ -19,7 +19,7 @@ from service.db.migrate import check_current, upgrade
 from service.db.session import Database
 from service.errors import PROBLEM, ApiError
 from service.leases import Reaper
-from service.routers import engines, health, samplers, studies, trials
+from service.routers import engines, health, notes, samplers, studies, trials
 from service.settings import Settings, get_settings
 from service.store import Store
 
@@ -99,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(studies.router)
     app.include_router(trials.router)
+    app.include_router(notes.router)
     app.include_router(samplers.router)
     app.include_router(engines.router)
     app.include_router(dashboard.router)

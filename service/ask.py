@@ -320,6 +320,7 @@ def _running(ask: _Ask, now: datetime, asked_seq: int) -> dict[str, Any]:
         "worker_id": ask.req.worker_id,
         "lease_expires_at": lease,
         "asked_seq": asked_seq,
+        "heartbeat_at": now,
     }
 
 

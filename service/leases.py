@@ -129,6 +129,7 @@ def heartbeat(
                 state="running",
                 worker_id=worker_id,
                 lease_expires_at=extended_lease(trial, parsed, req, now),
+                heartbeat_at=now,
             )
             .returning(*trials_t.c)
         ).one()

@@ -28,6 +28,7 @@ from engines.errors import EngineError
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
+from service.notes import stored_note
 from service.problem import SETTINGS, ParsedStudy, definition, parse_study
 from service.store import Answer, Store, find_study, studies_t, trials_t, utcnow
 from service.wire import study_public, trial_public
@@ -202,8 +203,8 @@ def list_studies(store: Store, tenant_id: int, page: StudiesQuery) -> StudiesPag
 def update_study(
     store: Store, tenant_id: int, study_id: int, body: StudyUpdate, idem: IdemKey | None
 ) -> Answer:
-    """Change the state, merge metadata (a key set to null is removed) and set or, with
-    null, remove the trial budget ``max_trials`` (kept in the config column)."""
+    """Change the state, merge metadata (a key set to null is removed), set or, with null,
+    remove the trial budget ``max_trials`` (kept in the config column), replace the notes."""
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         row = find_study(conn, tenant_id, study_id, for_update=True)
@@ -216,6 +217,8 @@ def update_study(
         if "max_trials" in body.model_fields_set:
             budget = {} if body.max_trials is None else {"max_trials": body.max_trials}
             values["config"] = {**definition(row.config), **budget}
+        if body.notes is not None:
+            values["notes"] = stored_note(body.notes)
         conn.execute(update(studies_t).where(studies_t.c.id == study_id).values(**values))
         return 200, study_with_stats(store, conn, find_study(conn, tenant_id, study_id))
 

@@ -16,6 +16,7 @@ from client.models import FINISHED_STATES, StudyCreate, StudyExport, StudyPublic
 from engines.errors import SpaceError
 from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
+from service.notes import stored_note
 from service.problem import ParsedStudy
 from service.store import Answer, Store, find_study, measurements_t, studies_t, trials_t, utcnow
 from service.studies import find_live, insert_study, study_with_stats, validate_config
@@ -48,7 +49,7 @@ def export_study(store: Store, tenant_id: int, study_id: int) -> StudyExport:
 
 def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
     """The study's trials as CSV, one row per trial: number, state, then params, objective
-    values and constraints, and the reason."""
+    values and constraints, the reason and the note (free text, ``csv_text``)."""
     export = export_study(store, tenant_id, study_id)
     study = export.study
     params = [p.name for p in study.parameters]
@@ -64,6 +65,7 @@ def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
             *(f"values.{n}" for n in objectives),
             *(f"constraints.{n}" for n in constraints),
             "reason",
+            "note",
         ]
     )
     for t in export.trials:
@@ -74,10 +76,23 @@ def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
                 *(t.params.get(n) for n in params),
                 *((t.values or {}).get(n) for n in objectives),
                 *((t.constraints or {}).get(n) for n in constraints),
-                t.reason or "",
+                csv_text(t.reason),
+                csv_text(t.note),
             ]
         )
     return out.getvalue()
+
+
+#: How a spreadsheet recognizes a formula: a cell starting with one of these is computed.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(text: str | None) -> str:
+    """A free-text cell (a reason, a note) that a spreadsheet shows as text: one that would
+    start a formula gets a leading apostrophe (OWASP's advice against CSV injection)."""
+    if not text:
+        return ""
+    return f"'{text}" if text.startswith(_FORMULA_START) else text
 
 
 def import_study(
@@ -127,6 +142,7 @@ def import_study(
                 revision=max(len(seqs), 1),
                 engine_state=body.engine_state,
                 ask_count=body.engine_state_version,
+                notes=stored_note(body.notes),
             )
         )
         return 201, study_with_stats(store, conn, find_study(conn, tenant_id, study_id))
@@ -189,6 +205,7 @@ def _insert_imported(
             started_at=t.started_at,
             completed_at=t.completed_at,
             completed_seq=completed_seq,
+            note=stored_note(t.note),
         )
         .returning(trials_t.c.id)
     ).scalar_one()

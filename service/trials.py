@@ -77,6 +77,8 @@ def new_trial(
         "completed_at": None,
         "completed_seq": None,
         "asked_seq": None,
+        "note": None,
+        "heartbeat_at": None,
     }
 
 
@@ -247,7 +249,8 @@ def report(
     req: ReportRequest,
     idem: IdemKey | None,
 ) -> Answer:
-    """Store an intermediate measurement (replacing one at the same step) and extend the lease."""
+    """Store an intermediate measurement (replacing one at the same step) and, for a running
+    trial, extend the lease and note the sign of life (``heartbeat_at``)."""
 
     def fn(conn: Connection) -> tuple[int, MeasurementPublic]:
         now = utcnow()
@@ -262,7 +265,9 @@ def report(
         if trial.state == "running":
             lease = extended_lease(trial, parsed, HeartbeatRequest(), now)
             conn.execute(
-                update(trials_t).where(trials_t.c.id == trial.id).values(lease_expires_at=lease)
+                update(trials_t)
+                .where(trials_t.c.id == trial.id)
+                .values(lease_expires_at=lease, heartbeat_at=now)
             )
         return 201, MeasurementPublic(
             step=req.step, values=req.values, checkpoint=req.checkpoint, created_at=now

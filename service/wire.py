@@ -63,6 +63,7 @@ def study_export(
         study=study,
         engine_state=row.engine_state,
         engine_state_version=row.ask_count,
+        notes=row.notes,
         trials=[
             from_columns(TrialExport, t, measurements=measurements.get(t.id, [])) for t in trials
         ],

@@ -101,6 +101,8 @@ class Study(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: Free text about the study (``StudyUpdate.notes``); NULL when none was written.
+    notes: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Trial(Base):
@@ -150,6 +152,11 @@ class Trial(Base):
     #: read under the ask's row lock, plus one, which is at most the revision the ask commits,
     #: so it increases in commit order too. NULL for trials never asked (or before 0007).
     asked_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: Free text about the trial (``PUT .../trials/{n}/note``); NULL when none was written.
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: The last sign of life of the worker running the trial: the ask that handed it out, its
+    #: last heartbeat or report. NULL for trials never asked (or not since revision 0008).
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class Measurement(Base):

@@ -68,7 +68,9 @@ def _insert_old_study(conn, name, config, **columns):
     studies = Table("studies", MetaData(), autoload_with=conn)
     now = datetime(2026, 1, 1)
     row = {"tenant_id": 1, "name": name, "config": config, "state": "active", "metadata": {}}
-    row.update(seed=1, engine_state={}, engine_state_version=0, revision=0, next_trial_number=0)
+    # The ask counter's column was renamed by 0006.
+    counter = "ask_count" if "ask_count" in studies.c else "engine_state_version"
+    row.update(seed=1, engine_state={}, revision=0, next_trial_number=0, **{counter: 0})
     row.update(created_at=now, updated_at=now, **columns)
     return conn.execute(insert(studies).values(**row).returning(studies.c.id)).scalar_one()
 
@@ -127,6 +129,37 @@ def test_0006_renames_engine_state_version_to_ask_count_keeping_the_counts(empty
     with engine.connect() as conn:
         counts = conn.execute(text(by_name.format("engine_state_version"))).all()
     assert counts == [("a", 0), ("b", 7)]
+    _alembic(engine, command.upgrade, "head")
+    check_current(engine)
+    engine.dispose()
+
+
+def test_0008_adds_notes_and_heartbeat_at_keeping_the_rows(empty_url):
+    engine = create_engine(empty_url)
+    _alembic(engine, command.upgrade, "0007")
+    config = StudyConfig.model_validate({"parameters": [FLOAT_X]}).model_dump(mode="json")
+    now = datetime(2026, 1, 1)
+    with engine.begin() as conn:
+        sid = _insert_old_study(conn, "old", config, next_trial_number=1)
+        trials = Table("trials", MetaData(), autoload_with=conn)
+        trial = {"study_id": sid, "number": 0, "state": "running", "params": {"x": 0.0}}
+        trial.update(x=np.array([0.5]).tobytes(), retries=1, details={}, metadata={})
+        conn.execute(insert(trials).values(created_at=now, worker_id="w", **trial))
+    assert "heartbeat_at" not in _trial_columns_and_indexes(engine)[0]
+
+    _alembic(engine, command.upgrade, "0008")
+    assert {"note", "heartbeat_at"} <= _trial_columns_and_indexes(engine)[0]
+    assert "notes" in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT worker_id, retries, note, heartbeat_at FROM trials")).one()
+        notes = conn.execute(text("SELECT notes FROM studies")).scalar_one()
+    assert tuple(row) == ("w", 1, None, None) and notes is None
+
+    _alembic(engine, command.downgrade, "0007")
+    assert not {"note", "heartbeat_at"} & _trial_columns_and_indexes(engine)[0]
+    assert "notes" not in {c["name"] for c in inspect(engine).get_columns("studies")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 1
     _alembic(engine, command.upgrade, "head")
     check_current(engine)
     engine.dispose()

@@ -185,10 +185,10 @@ def test_the_csv_download_follows_the_table_sort(server, api, watched):
         page.click("#download-csv")
     rows = list(csv.reader(io.StringIO(download.value.path().read_text(encoding="utf-8"))))
     assert rows[0] == [
-        "number", "state", "params.x", "params.n", "params.act", "values.value", "reason"
+        "number", "state", "params.x", "params.n", "params.act", "values.value", "reason", "note"
     ]  # fmt: skip
     assert [r[0] for r in rows[1:]] == ["1", "2", "0"]  # by value, ascending
-    assert rows[1] == ["1", "completed", "1", "1", "relu", "1", ""]
+    assert rows[1] == ["1", "completed", "1", "1", "relu", "1", "", ""]
     watched.assert_clean()
 
 

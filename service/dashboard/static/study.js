@@ -13,6 +13,9 @@ import { ParallelCoordinates } from "./parcoords.js";
 import { showFilterSummary, TableFilters } from "./trial-filters.js";
 import { axisToggle } from "./history-axis.js";
 import { budget } from "./budget.js";
+import { NotesBox } from "./notes.js";
+import { IntermediateValues } from "./intermediate.js";
+import { sendJson } from "./api.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
@@ -26,6 +29,17 @@ const running = new RunningPanel(
   studyId,
   document.getElementById("running"),
   document.getElementById("running-error"),
+);
+const notes = new NotesBox(
+  document.getElementById("study-notes"),
+  (text) => sendJson("PATCH", `/v1/studies/${studyId}`, { notes: text }),
+  "Notes on this study: what it is for, what was tried, what to look at.",
+);
+const curves = new IntermediateValues(
+  studyId,
+  document.getElementById("curves"),
+  document.getElementById("curves-note"),
+  document.getElementById("curves-control"),
 );
 document.getElementById("download-csv").addEventListener("click", () =>
   downloadCsv(table.study, table.sort, table.order).catch(showError),
@@ -89,10 +103,12 @@ subscribe(
   async (study) => {
     showFacts(study);
     controls.show(study);
-    await Promise.all([showHistory(), table.show(study), running.show()]);
+    await Promise.all([showHistory(), table.show(study), running.show(study)]);
     await showPareto(studyId, study);
     tableFilters.show(study);
     await parcoords.show(study);
+    notes.show(study.notes);
+    await curves.show();
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();

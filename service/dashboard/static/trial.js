@@ -4,9 +4,17 @@
 /* global Plotly */
 import { getJson, subscribe } from "./api.js";
 import { ago, clearError, el, number, showError } from "./format.js";
+import { NotesBox } from "./notes.js";
+import { sendJson } from "./api.js";
 
 const [, , , studyId, , trialNumber] = window.location.pathname.split("/");
 const trialPath = `/v1/studies/${studyId}/trials/${trialNumber}`;
+
+const note = new NotesBox(
+  document.getElementById("trial-note"),
+  (text) => sendJson("PUT", `${trialPath}/note`, { note: text }),
+  "A note on this trial.",
+);
 
 function fact(label, value, id) {
   return el("div", {}, el("span", {}, label), el("b", id ? { id } : {}, value === "" ? "-" : value));
@@ -31,6 +39,7 @@ function showFacts(study, trial) {
     fact("Retries", trial.retries),
     fact("Created", when(trial.created_at)),
     fact("Started", when(trial.started_at)),
+    fact("Last heartbeat", when(trial.heartbeat_at)),
     fact("Finished", when(trial.completed_at)),
     fact("Lease expires", lease ? el("span", { title: lease }, new Date(lease).toLocaleString()) : "-"),
     fact("Reason", trial.reason || ""),
@@ -119,6 +128,7 @@ subscribe(
     ]);
     showFacts(study, trial);
     showResults(trial);
+    note.show(trial.note);
     await drawMeasurements(measurements);
     // Only a scheduler's unit has a lineage (other studies answer 409).
     if (trial.unit) showLineage(await getJson(`${trialPath}/lineage`));

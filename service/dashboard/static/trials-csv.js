@@ -37,6 +37,7 @@ export async function trialsCsv(study, sort, order) {
     ...objectives.map((n) => `values.${n}`),
     ...constraints.map((n) => `constraints.${n}`),
     "reason",
+    "note",
   ];
   const rows = (await allTrials(study.id, sort, order)).map((t) => [
     t.number,
@@ -45,6 +46,7 @@ export async function trialsCsv(study, sort, order) {
     ...objectives.map((n) => (t.values || {})[n]),
     ...constraints.map((n) => (t.constraints || {})[n]),
     t.reason || "",
+    t.note || "",
   ]);
   return [header, ...rows].map((row) => row.map(cell).join(",")).join("\r\n") + "\r\n";
 }
