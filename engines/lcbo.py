@@ -314,7 +314,15 @@ class LCBOEngine(ModelBasedEngine):
             return (*bo.unfilled(problem.d, count, bo.failure(exc)), st)
         X, roles, penalty, kkt, gradient_std = result
         phase = "feasibility" if feasibility else "optimize"
-        detail = {"source": "lcbo", "phase": phase, "generation": st.generation}
+        detail = {
+            "source": "lcbo",
+            "phase": phase,
+            "generation": st.generation,
+            "penalty": penalty,
+            "kkt_residual": _finite_or_none(kkt),
+            "gradient_std": _finite_or_none(gradient_std),
+            "iterate_violation": st.iterate_violation,
+        }
         details: list[JSON] = [{**detail, "role": role} for role in roles]
         st = replace(
             st,
