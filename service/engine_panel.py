@@ -32,7 +32,8 @@ from service.problem import ParsedStudy
 from service.store import Store, find_study, trials_t
 
 #: Points of all series together at most, so that a panel of many series (a GP's lengthscales
-#: in many dimensions) stays a small response; each series keeps at least ``_MIN_PER_SERIES``.
+#: in many dimensions) stays a small response; but each series may keep ``_MIN_PER_SERIES``
+#: (within the asked ``max_points``).
 _TOTAL_POINTS = 20_000
 _MIN_PER_SERIES = 100
 #: Particles returned at most.
@@ -132,7 +133,7 @@ def study_engine(store: Store, tenant_id: int, study_id: int, max_points: int) -
         parsed = store.parsed_study(conn, study_id)
         quantities = (*engine_quantities(parsed), _TIME)
         rows = detail_rows(conn, study_id, quantities)
-        per_series = max(_MIN_PER_SERIES, min(max_points, _TOTAL_POINTS // len(quantities)))
+        per_series = min(max_points, max(_MIN_PER_SERIES, _TOTAL_POINTS // len(quantities)))
         numbers = np.array([r.number for r in rows], dtype=np.int64)
         series = {
             q.name: _series(numbers, [r[3 + i] for r in rows], q, per_series)
