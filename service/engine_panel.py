@@ -242,7 +242,7 @@ def _feasible_share(rows: Sequence[Row[Any]], max_points: int) -> tuple[EngineSe
     share = np.cumsum([r.feasible is True for r in done]) / np.arange(1, len(done) + 1)
     step = max(1, -(-len(done) // max_points))
     keep = sorted({*range(0, len(done), step), len(done) - 1}) if done else []
-    points = [(int(numbers[i]), float(share[i])) for i in keep]
+    points: list[tuple[int, float | str]] = [(int(numbers[i]), float(share[i])) for i in keep]
     series = EngineSeries(name="feasible_share", label="feasible share", points=points)
     return series, len(points) < len(done)
 
