@@ -298,7 +298,7 @@ def _fact_value(value: Any) -> FactValue:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list) and len(value) <= _SHORT_LIST:
-        return ", ".join(str(v) for v in value)
+        return ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)
     if isinstance(value, list | dict):
         return f"{len(value)} entries"
     return str(value)

@@ -26,6 +26,10 @@ function seriesTrace(chart, series, i) {
   };
 }
 
+function nonNegative(chart) {
+  return chart.series.every((s) => s.points.every(([, v]) => typeof v === "number" && v >= 0));
+}
+
 function drawChart(node, chart) {
   const layout = {
     title: { text: chart.title, font: { size: 14 } },
@@ -33,7 +37,13 @@ function drawChart(node, chart) {
     showlegend: chart.series.length > 1,
     legend: { orientation: "h", y: -0.25 },
     xaxis: { title: { text: "trial number" } },
-    yaxis: { title: { text: chart.y_label }, type: chart.log_y ? "log" : undefined },
+    yaxis: {
+      title: { text: chart.y_label },
+      type: chart.log_y ? "log" : undefined,
+      automargin: true, // room for category words (the phase) next to the title
+      // Counters and shares start at zero; a flat series of zeros then reads as zero.
+      rangemode: !chart.log_y && nonNegative(chart) ? "nonnegative" : undefined,
+    },
     uirevision: "keep", // zoom and legend choices survive live updates
   };
   node.dataset.series = chart.series.map((s) => s.name).join(" ");
@@ -52,6 +62,7 @@ function chartNode(container, key) {
 
 function showFacts(table, facts) {
   table.replaceChildren(
+    el("caption", {}, "Engine time and state after the last ask"),
     ...facts.map((fact) =>
       el("tr", { "data-name": fact.name }, el("th", {}, fact.name), el("td", { class: "num" }, number(fact.value))),
     ),
