@@ -4,10 +4,16 @@ every ask; downsampled for long studies."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
+import httpx
 import pytest
 
+from client import AsyncClient
+from client.models import StudyEngine
+from service.app import create_app
+from service.settings import Settings
 from tests.conftest import FLOAT_X, FLOAT_Y, SEGMENT_OBJECTIVES, segment_values, study_body
 
 
@@ -217,3 +223,18 @@ def test_unknown_study_and_bad_max_points_are_problems(http):
     r = http.get(f"/v1/studies/{sid}/engine", params={"max_points": 5})
     assert r.status_code == 422 and r.json()["code"] == "validation_error"
     assert math.isfinite(_panel(http, sid)["facts"][0]["value"])
+
+
+def test_the_async_client_reads_the_panel_too(sqlite_url):
+    async def main() -> StudyEngine:
+        app = create_app(Settings(database_url=sqlite_url))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with AsyncClient("http://testserver", transport=transport, retries=0) as c:
+                study = await c.create_study("async", [FLOAT_X, FLOAT_Y], seed=1)
+                await study.optimize(_sphere, n_trials=3, progress=False)
+                return await study.engine_panel(max_points=10)
+
+    panel = asyncio.run(main())
+    assert panel.engine == "random" and panel.proposed == 3
+    assert [c.key for c in panel.charts] == ["time"] and len(panel.charts[0].series[0].points) == 3
