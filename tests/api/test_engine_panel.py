@@ -14,6 +14,7 @@ from client import AsyncClient
 from client.models import StudyEngine
 from service.app import create_app
 from service.settings import Settings
+from tests.api.test_pbt import CurveWorker, _pbt
 from tests.conftest import FLOAT_X, FLOAT_Y, SEGMENT_OBJECTIVES, segment_values, study_body
 
 
@@ -238,3 +239,16 @@ def test_the_async_client_reads_the_panel_too(sqlite_url):
     panel = asyncio.run(main())
     assert panel.engine == "random" and panel.proposed == 3
     assert [c.key for c in panel.charts] == ["time"] and len(panel.charts[0].series[0].points) == 3
+
+
+def test_a_pbt_study_shows_its_time_per_ask_and_its_state(client):
+    study = _pbt(client)
+    units = study.train(CurveWorker(study), worker_id="w")
+    panel = study.engine_panel()
+    assert panel.engine == "pbt" and panel.proposed == units >= 6
+    assert [c.key for c in panel.charts] == ["time"]
+    facts = {f.name: f.value for f in panel.facts}
+    state = study.refresh().engine_state
+    for name, value in state.items():
+        if isinstance(value, bool | int | float | str) and name not in ("version", "seed"):
+            assert facts[name] == value
