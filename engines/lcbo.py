@@ -186,6 +186,7 @@ class LCBOEngine(ModelBasedEngine):
         n_left = self._n_initial(d) - st.n_init_given
         started = st.iterate_row is not None
         X, details = initial_design(problem, history, count, n_left, started, stream, st.generation)
+        details = [{**detail, "phase": "initial"} for detail in details]
         n_sobol = len(X)
         if count > n_sobol:
             X_model, model_details, st = self._model_points(

@@ -152,7 +152,7 @@ def study_engine(store: Store, tenant_id: int, study_id: int, max_points: int) -
             proposed=int(sum(r[3 + len(quantities) - 1] is not None for r in rows)),
             downsampled=downsampled,
             charts=charts,
-            facts=_time_facts(rows, len(quantities)) + state_facts(state),
+            facts=_time_facts(rows, len(quantities)) + state_facts(state) + _latest_scales(charts),
             particles=_particles(parsed, state),
         )
 
@@ -266,6 +266,16 @@ def _chart(key: str, series: list[EngineSeries]) -> EngineChart:
     return EngineChart(
         key=key, title=chart.title, y_label=chart.y_label, log_y=chart.log_y, series=series
     )
+
+
+def _latest_scales(charts: list[EngineChart]) -> list[EngineFact]:
+    """A GP's latest lengthscales (its state is only its Sobol stream)."""
+    return [
+        EngineFact(name=s.name, value=s.points[-1][1])
+        for c in charts
+        if c.key.startswith("ls.")
+        for s in c.series
+    ]
 
 
 def _time_facts(rows: Sequence[Row[Any]], n_quantities: int) -> list[EngineFact]:

@@ -109,7 +109,8 @@ def test_lcbo_shows_phase_penalty_kkt_residual_and_feasibility(http):
     assert model and [n for n, _ in series["penalty"]] == model
     assert all(v >= 10.0 for _, v in series["penalty"])
     assert all(v > 0 for _, v in series["kkt_residual"])
-    assert {v for _, v in series["phase"]} <= {"feasibility", "optimize"}
+    phases = [v for _, v in series["phase"]]
+    assert phases[0] == "initial" and set(phases[1:]) <= {"feasibility", "optimize"}
     # The feasible share of completed trials, ending at the study's share.
     feasible = [t["feasible"] for t in trials]
     last_number, last_share = series["feasible_share"][-1]
@@ -183,6 +184,7 @@ def test_gp_shows_each_models_lengthscales_per_parameter(http):
     assert charts["ls.value"]["title"] == "GP lengthscales of value"
     assert [s["label"] for s in charts["ls.c"]["series"]] == ["x", "y"]
     trials = {t["number"]: t["details"] for t in _trials(http, sid)}
+    assert _facts(panel)["lengthscale.c.y"] == trials[5]["lengthscales"][1][1]
     for output, chart in enumerate(("ls.value", "ls.c")):
         for j, s in enumerate(charts[chart]["series"]):
             assert [n for n, _ in s["points"]] == [4, 5]
