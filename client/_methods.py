@@ -222,6 +222,7 @@ class StudyMethods(_Handle[StudyPublic]):
     pareto = Method(ops.pareto)
     curves = Method(ops.curves)
     best = Method(ops.best)
+    engine_panel = Method(ops.engine_panel)
     lineage = Method(ops.lineage)
     best_schedule = Method(ops.best_schedule)
     checkpoints = Method(ops.checkpoints)

@@ -30,6 +30,7 @@ from client.models import (
     StudiesPage,
     StudyCreate,
     StudyCurves,
+    StudyEngine,
     StudyExport,
     StudyHistory,
     StudyPareto,
@@ -365,6 +366,13 @@ def curves(
 
 def best(study: StudyHandle) -> Op[BestPublic]:
     return (yield Call("GET", f"/v1/studies/{study.id}/best", decoder(BestPublic)))
+
+
+def engine_panel(study: StudyHandle, max_points: int = 2000) -> Op[StudyEngine]:
+    """What the study's engine did, ask after ask (its quantities by trial number, at most
+    ``max_points`` per series), and its current state."""
+    path = f"/v1/studies/{study.id}/engine"
+    return (yield Call("GET", path, decoder(StudyEngine), params={"max_points": max_points}))
 
 
 def lineage(study: StudyHandle, number: int) -> Op[Lineage]:

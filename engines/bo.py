@@ -5,6 +5,7 @@
 - ``training_data``: the completed trials as ``(X, [-Y, C])``, made finite for a GP.
 - ``fit_gp``: an exact GP (BoTorch ``SingleTaskGP``, or ``MixedSingleTaskGP`` with categorical
   coordinates) by maximum marginal likelihood.
+- ``lengthscales``: a fitted GP's lengthscale per input coordinate, for the trials' details.
 - ``seeded``: run with torch (and optionally Python's ``random``) seeded, under one lock.
 - ``reference_point``: the hypervolume reference point for several objectives.
 - ``unfilled``, ``failure``: NaN rows with the reason the model was not used.
@@ -135,6 +136,25 @@ def fit_gp(
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
+
+
+def lengthscales(model: SingleTaskGP, d: int) -> list[float | None]:
+    """The fitted lengthscale of each of the ``d`` input coordinates (unit-cube units, four
+    significant digits), from the first kernel that has one for it; ``None`` where no kernel
+    has one (a mixed GP's categorical coordinates under an isotropic kernel have a shared one)."""
+    found: list[float | None] = [None] * d
+    for kernel in model.covar_module.modules():
+        scale = getattr(kernel, "lengthscale", None)
+        if not isinstance(scale, torch.Tensor):
+            continue
+        active = getattr(kernel, "active_dims", None)
+        dims = active.tolist() if isinstance(active, torch.Tensor) else list(range(d))
+        values = scale.detach().reshape(-1).tolist()
+        values = values * len(dims) if len(values) == 1 else values
+        for j, value in zip(dims, values, strict=False):
+            if found[j] is None:
+                found[j] = float(f"{value:.4g}")
+    return found
 
 
 def reference_point(problem: Problem, targets: np.ndarray) -> torch.Tensor:

@@ -138,11 +138,16 @@ class GPEngine(ModelBasedEngine):
         X_train, targets = data
         try:
             with bo.seeded(torch_seed, bo.needs_python_random(problem.space)):
-                X_new = self._optimize(problem, X_train, targets, X_pending, count)
+                X_new, scales = self._optimize(problem, X_train, targets, X_pending, count)
         except bo.NUMERICAL_ERRORS as exc:
             return (*bo.unfilled(problem.d, count, bo.failure(exc)), None)
         acquisition = "qLogNEI" if problem.n_objectives == 1 else "qLogNEHVI"
-        detail = {"source": "gp", "acquisition": acquisition, "n_observations": len(X_train)}
+        detail = {
+            "source": "gp",
+            "acquisition": acquisition,
+            "n_observations": len(X_train),
+            "lengthscales": scales,
+        }
         return problem.space.snap(X_new), [dict(detail) for _ in range(count)], None
 
     def _optimize(
@@ -152,8 +157,9 @@ class GPEngine(ModelBasedEngine):
         targets: np.ndarray,
         X_pending: np.ndarray,
         count: int,
-    ) -> np.ndarray:
-        """Fit the GPs and optimize the acquisition; returns ``(count, d)`` in [0, 1].
+    ) -> tuple[np.ndarray, list[list[float | None]]]:
+        """Fit the GPs and optimize the acquisition; returns ``(count, d)`` in [0, 1] and each
+        GP's lengthscales (``bo.lengthscales``), objectives then constraints.
 
         ``X_train: (n, d)`` snapped, ``targets: (n, m + k)``: ``-Y`` then ``C``,
         ``X_pending: (p, d)``.
@@ -200,7 +206,7 @@ class GPEngine(ModelBasedEngine):
         X_new = candidates.detach().numpy().reshape(count, problem.d)
         if not np.all(np.isfinite(X_new)):
             raise BotorchError("the acquisition optimizer returned non-finite points")
-        return np.clip(X_new, 0.0, 1.0)
+        return np.clip(X_new, 0.0, 1.0), [bo.lengthscales(gp, problem.d) for gp in models]
 
 
 def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:

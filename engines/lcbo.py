@@ -186,6 +186,7 @@ class LCBOEngine(ModelBasedEngine):
         n_left = self._n_initial(d) - st.n_init_given
         started = st.iterate_row is not None
         X, details = initial_design(problem, history, count, n_left, started, stream, st.generation)
+        details = [{**detail, "phase": "initial"} for detail in details]
         n_sobol = len(X)
         if count > n_sobol:
             X_model, model_details, st = self._model_points(
@@ -313,19 +314,16 @@ class LCBOEngine(ModelBasedEngine):
         except bo.NUMERICAL_ERRORS as exc:
             return (*bo.unfilled(problem.d, count, bo.failure(exc)), st)
         X, roles, penalty, kkt, gradient_std = result
-        phase = "feasibility" if feasibility else "optimize"
-        detail = {"source": "lcbo", "phase": phase, "generation": st.generation}
-        details: list[JSON] = [{**detail, "role": role} for role in roles]
         st = replace(
             st,
             model_asks=st.model_asks + 1,
-            phase=phase,
+            phase="feasibility" if feasibility else "optimize",
             penalty=penalty,
             kkt_residual=kkt,
             gradient_std=gradient_std,
             hyperparameters=[m.hyperparameters() for m in models],
         )
-        return X, details, st
+        return X, _model_details(st, roles), st
 
     def _fit(
         self, X: np.ndarray, columns: np.ndarray, warm: list[list[float]] | None
@@ -428,6 +426,21 @@ def _order_keys(history: History) -> tuple[np.ndarray, np.ndarray]:
     C = np.where(np.isfinite(history.C), history.C, np.inf)
     violation = np.maximum(C, 0.0).sum(axis=1) if C.shape[1] else np.zeros(history.n)
     return value, violation
+
+
+def _model_details(st: LCBOState, roles: list[str]) -> list[JSON]:
+    """The details of the model's points, one per role: the ask's phase, penalty, KKT
+    residual, gradient deviation and the iterate's violation (the engine panel's series)."""
+    detail = {
+        "source": "lcbo",
+        "phase": st.phase,
+        "generation": st.generation,
+        "penalty": st.penalty,
+        "kkt_residual": None if st.kkt_residual is None else _finite_or_none(st.kkt_residual),
+        "gradient_std": None if st.gradient_std is None else _finite_or_none(st.gradient_std),
+        "iterate_violation": st.iterate_violation,
+    }
+    return [{**detail, "role": role} for role in roles]
 
 
 def _finite_or_none(v: float) -> float | None:

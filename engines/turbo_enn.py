@@ -179,6 +179,8 @@ class TurboENNEngine(ModelBasedEngine):
                 "source": "turbo-enn",
                 "generation": tr.generation,
                 "length": tr.length,
+                "successes": tr.successes,
+                "failures": tr.failures,
                 "selection": "lcb" if self.noisy else "pareto",
             }
             details += [dict(detail) for _ in range(len(X_tr))]

@@ -257,10 +257,12 @@ def _stack(blobs: list[bytes], d: int) -> np.ndarray:
 def _suggest(parsed: ParsedStudy, study: Row, history: History | None, need: int) -> Proposal:
     assert history is not None
     rng = np.random.default_rng([study.seed, study.ask_count])
+    start = time.perf_counter()
     try:
         proposal = parsed.engine.suggest(parsed.problem, history, need, study.engine_state, rng)
     except EngineError as exc:
         raise engine_error(exc) from exc
+    seconds = round(time.perf_counter() - start, 6)
     if parsed.engine.schedules_units and len(proposal.units) != len(proposal.X):
         raise RuntimeError(f"engine {parsed.engine.name} returned points without unit documents")
     rows = len(proposal.X) if parsed.engine.schedules_units and len(proposal.X) <= need else need
@@ -269,7 +271,9 @@ def _suggest(parsed: ParsedStudy, study: Row, history: History | None, need: int
             f"engine {parsed.engine.name} returned {proposal.X.shape}, "
             f"expected {(need, parsed.problem.d)}"
         )
-    return proposal
+    # The engine's wall time of this ask, on every trial it proposed ("time per ask").
+    details = [{**detail, "ask_seconds": seconds} for detail in _details(proposal, rows)]
+    return replace(proposal, details=details)
 
 
 def _commit(

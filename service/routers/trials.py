@@ -15,6 +15,7 @@ from client.models import (
     MeasurementPublic,
     ProblemCode,
     ReportRequest,
+    StudyEngine,
     StudyHistory,
     StudyPareto,
     StudyPoints,
@@ -25,7 +26,7 @@ from client.models import (
     TrialState,
 )
 from service import ask as asking
-from service import leases, pareto, points, progress, trial_fields, trials, units
+from service import engine_panel, leases, pareto, points, progress, trial_fields, trials, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -152,6 +153,22 @@ def trial_points(
     charts of parameters: at most ``max_points`` (spread evenly over trial numbers, plus each
     objective's best trials, when there are more)."""
     return points.study_points(store, tenant, study_id, state, max_points, filter)
+
+
+@router.get("/engine", response_model=StudyEngine, responses=problems(*STUDY))
+def engine(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    max_points: Annotated[
+        int, Query(ge=10, le=10_000, description="Points per series at most.")
+    ] = 2000,
+) -> StudyEngine:
+    """The engine panel: the optimizer's own quantities by trial number (for example
+    TuRBO-ENN's trust-region length, LCBO's penalty and KKT residual, POM's probability of
+    Pareto-optimality, mwgd's gradient norm, GP lengthscales, and every engine's time per
+    ask), downsampled on the server, and its current state as facts."""
+    return engine_panel.study_engine(store, tenant, study_id, max_points)
 
 
 @router.get("/trials/{number}", response_model=TrialPublic, responses=problems(*TRIAL))

@@ -361,3 +361,33 @@ def test_numerical_failure_falls_back_to_sobol(monkeypatch: pytest.MonkeyPatch) 
     assert len({x.tobytes() for x in proposal.X}) == 3
     for detail in proposal.details:
         assert detail["source"] == "sobol" and "NotPSDError" in detail["fallback"]
+
+
+def test_model_points_carry_each_gps_lengthscales() -> None:
+    # The objective varies along x0 only and the constraint along x1 only: each GP's
+    # lengthscale is shorter along the coordinate its output varies with.
+    problem = Problem(floats(2), n_constraints=1)
+
+    def f(X: np.ndarray) -> np.ndarray:
+        return np.stack([np.sin(6 * X[:, 0]), X[:, 1] - 0.5], axis=1)
+
+    X = np.random.default_rng(0).random((12, 2))
+    proposal = GPEngine().suggest(
+        problem, history_of(problem, X, f), 2, {}, np.random.default_rng(1)
+    )
+    scales = [d["lengthscales"] for d in proposal.details]
+    assert scales[0] == scales[1] and len(scales[0]) == 2  # the objective's GP, the constraint's
+    objective, constraint = scales[0]
+    assert all(v is not None and v > 0 for v in objective + constraint)
+    assert objective[0] < objective[1] and constraint[1] < constraint[0]
+    json.dumps(proposal.details)  # small and JSON: they are stored on the trials
+
+
+def test_lengthscales_of_a_mixed_gp_cover_every_coordinate() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.random((12, 3))
+    X[:, 0] = (np.floor(X[:, 0] * 4) + 0.5) / 4  # a categorical of four choices
+    with bo.seeded(0, False):
+        model = bo.fit_gp(torch.as_tensor(X), rng.random(12), [0])
+    scales = bo.lengthscales(model, 3)
+    assert len(scales) == 3 and all(v is not None and v > 0 for v in scales)

@@ -263,3 +263,17 @@ def test_several_objectives_are_unsupported():
 def test_bad_options_are_refused(options):
     with pytest.raises(EngineOptionsError):
         make_engine("lcbo", options)
+
+
+def test_model_points_carry_the_penalty_kkt_residual_and_feasibility_of_the_ask():
+    run = Driver(2, 1, lambda X: (((X - 0.3) ** 2).sum(1), X[:, :1] - 0.9))
+    run.round(6)
+    assert [d["phase"] for d in run.details] == ["initial"] * 6  # the Sobol design
+    run.round(3)
+    state = run.state
+    assert [d["source"] for d in run.details] == ["lcbo"] * 3
+    for detail in run.details:
+        assert detail["penalty"] == state["penalty"] >= 10.0
+        assert detail["kkt_residual"] == state["kkt_residual"] is not None
+        assert detail["gradient_std"] == state["gradient_std"] is not None
+        assert detail["iterate_violation"] == state["iterate_violation"] == 0.0

@@ -200,3 +200,15 @@ def test_a_restart_that_keeps_the_data_only_resets_the_length():
     assert [d["source"] for d in run.details] == ["turbo-enn"]
     best = run.X[np.argmin(run.Y)]
     assert np.all(np.abs(run.X[-1] - best) <= 0.4 + 1e-12)  # still centred on the best
+
+
+def test_trust_region_points_carry_the_length_and_counters_of_the_region():
+    run = Driver()
+    run.round(4, lambda X: X.sum(axis=1))
+    for _ in range(6):
+        run.round(1, lambda X: np.full(len(X), 50.0))
+    (detail,) = run.details
+    state = run.state
+    assert detail["source"] == "turbo-enn" and detail["length"] == state["length"] == 0.4
+    assert (detail["successes"], detail["failures"]) == (state["successes"], state["failures"])
+    assert detail["generation"] == state["generation"] == 0

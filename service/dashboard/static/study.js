@@ -3,6 +3,7 @@
 import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
 import { showPareto } from "./pareto.js";
+import { showEngine } from "./engine-panel.js";
 import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
@@ -109,6 +110,7 @@ subscribe(
     await parcoords.show(study);
     notes.show(study.notes);
     await curves.show();
+    await showEngine(studyId);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();
