@@ -26,14 +26,14 @@ from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
-from client.notes_models import StudyCurves as StudyCurves
-from client.notes_models import TrialNote as TrialNote
 from client.engine_models import EngineChart as EngineChart
 from client.engine_models import EngineFact as EngineFact
 from client.engine_models import EngineParticles as EngineParticles
 from client.engine_models import EngineSeries as EngineSeries
 from client.engine_models import FactValue as FactValue
 from client.engine_models import StudyEngine as StudyEngine
+from client.notes_models import StudyCurves as StudyCurves
+from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
