@@ -28,6 +28,9 @@ from client._wire import _Request, _Results
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
+from client.population_models import PopulationCheckpoint as PopulationCheckpoint
+from client.population_models import PopulationUnit as PopulationUnit
+from client.population_models import StudyPopulation as StudyPopulation
 from client.progress_models import HistoryPoint as HistoryPoint
 from client.progress_models import StudyHistory as StudyHistory
 from client.sampler_models import GaussianInit as GaussianInit

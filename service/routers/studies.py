@@ -16,10 +16,11 @@ from client.models import (
     StudiesPage,
     StudyCreate,
     StudyExport,
+    StudyPopulation,
     StudyPublic,
     StudyUpdate,
 )
-from service import events, studies, transfer, units
+from service import events, population, studies, transfer, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -123,6 +124,29 @@ def best_schedule(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Line
 )
 def checkpoints(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> CheckpointsPublic:
     return units.checkpoints(store, tenant, study_id)
+
+
+@router.get(
+    "/{study_id}/population",
+    response_model=StudyPopulation,
+    responses=problems(*STUDY, ProblemCode.NOT_A_SCHEDULER_STUDY),
+)
+def study_population(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    max_units: Annotated[
+        int, Query(ge=1, le=1000, description="Units at most: those of the highest numbers.")
+    ] = 500,
+    max_checkpoints: Annotated[
+        int, Query(ge=0, le=1000, description="Checkpoints of each kind at most: the newest.")
+    ] = 100,
+) -> StudyPopulation:
+    """A scheduler study's (``pbt``, ``ipbt``) population, for charts: its most recent units,
+    each with its member, steps, hyperparameters, score and the unit whose checkpoint it loaded
+    (the lineage forest), the best unit, and its most recent checkpoints, pinned or
+    releasable (as ``/checkpoints`` splits them)."""
+    return population.study_population(store, tenant, study_id, max_units, max_checkpoints)
 
 
 @router.get("/{study_id}/export", response_model=StudyExport, responses=problems(*STUDY))
