@@ -3,6 +3,7 @@
 import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
 import { showPareto } from "./pareto.js";
+import { showPopulation } from "./lineage.js";
 import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
@@ -64,6 +65,7 @@ subscribe(
     controls.show(study);
     await Promise.all([showHistory(), table.show(study), running.show()]);
     await showPareto(studyId, study);
+    await showPopulation(studyId, study);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();
