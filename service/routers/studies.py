@@ -1,5 +1,5 @@
 """/v1/studies: create, list, get, update, delete, best, export, import, the event stream; for
-schedulers the best member's schedule and the checkpoints."""
+schedulers the best member's schedule, the checkpoints and the population."""
 
 from __future__ import annotations
 
@@ -126,6 +126,14 @@ def checkpoints(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Checkp
     return units.checkpoints(store, tenant, study_id)
 
 
+MaxUnits = Annotated[
+    int, Query(ge=1, le=1000, description="Units at most: those of the highest numbers.")
+]
+MaxCheckpoints = Annotated[
+    int, Query(ge=0, le=200, description="Checkpoints of each kind at most: the newest.")
+]
+
+
 @router.get(
     "/{study_id}/population",
     response_model=StudyPopulation,
@@ -135,12 +143,8 @@ def study_population(
     study_id: StudyId,
     store: StoreDep,
     tenant: TenantDep,
-    max_units: Annotated[
-        int, Query(ge=1, le=1000, description="Units at most: those of the highest numbers.")
-    ] = 500,
-    max_checkpoints: Annotated[
-        int, Query(ge=0, le=1000, description="Checkpoints of each kind at most: the newest.")
-    ] = 100,
+    max_units: MaxUnits = 500,
+    max_checkpoints: MaxCheckpoints = 100,
 ) -> StudyPopulation:
     """A scheduler study's (``pbt``, ``ipbt``) population, for charts: its most recent units,
     each with its member, steps, hyperparameters, score and the unit whose checkpoint it loaded

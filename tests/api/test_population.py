@@ -123,3 +123,13 @@ def test_the_clients_read_the_population(client, sqlite_url):
         assert answer.best == (await async_study.best_schedule()).trial
 
     run(body, sqlite_url)
+
+
+def test_an_ipbt_study_has_a_population_with_its_iterations(client):
+    engine = {"name": "ipbt", "options": {"t_max": 600, "population_size": 3}}
+    study = client.create_study("ipbt", [LR], engine=engine, seed=2)
+    asked = study.ask_units(10, worker_id="w").trials  # the first iteration's 2P candidates
+    population = study.population()
+    assert [u.trial for u in population.units] == [t.number for t in asked]
+    assert {(u.iteration, u.parent) for u in population.units} == {(0, None)}
+    assert population.members == sorted({t.unit.member for t in asked})

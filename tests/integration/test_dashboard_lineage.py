@@ -7,14 +7,12 @@ Screenshot: test-artifacts/dashboard/study-pbt.png."""
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.conftest import Server
 from tests.integration.test_dashboard import api as api
 
 pytestmark = pytest.mark.integration
@@ -41,29 +39,35 @@ def _study(api: httpx.Client) -> int:
     return r.json()["id"]
 
 
+def _ask(api: httpx.Client, sid: int, worker: str) -> dict[str, Any]:
+    r = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": worker})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _work(api: httpx.Client, sid: int, trial: dict[str, Any], saved: dict[str, float]) -> None:
+    """Trains a unit as a worker would, on a synthetic curve whose progress the checkpoints
+    keep by reference, and tells it."""
+    unit, params = trial["unit"], trial["params"]
+    progress = 0.0 if unit["start"]["kind"] == "fresh" else saved[unit["start"]["checkpoint"]]
+    rate = math.exp(-((math.log10(params["lr"]) + 1.0) ** 2))
+    rate *= 1.2 if params["act"] == "tanh" else 1.0
+    progress += (unit["to_step"] - unit["from_step"]) * rate
+    saved[ref := f"ckpt/{trial['number']}"] = progress
+    body = {"values": {"accuracy": 1 - math.exp(-progress / 20)}, "checkpoint": ref}
+    r = api.post(f"/v1/studies/{sid}/trials/{trial['number']}/tell", json=body)
+    assert r.status_code == 200, r.text
+
+
 def _train(api: httpx.Client, sid: int, units: int, saved: dict[str, float]) -> int:
-    """Trains up to ``units`` units as a worker would (a synthetic curve whose progress
-    checkpoints keep by reference); returns how many it trained."""
+    """Trains up to ``units`` units, until the study is finished or has nothing to hand out;
+    returns how many it trained."""
     done = 0
     while done < units:
-        r = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": f"w{done % 2}"})
-        assert r.status_code == 200, r.text
-        answer = r.json()
-        if answer["finished"]:
-            break
+        answer = _ask(api, sid, f"w{done % 2}")
         if not answer["trials"]:
-            time.sleep(answer["retry_after"] or 0.2)
-            continue
-        (trial,) = answer["trials"]
-        unit = trial["unit"]
-        progress = 0.0 if unit["start"]["kind"] == "fresh" else saved[unit["start"]["checkpoint"]]
-        rate = math.exp(-((math.log10(trial["params"]["lr"]) + 1.0) ** 2))
-        rate *= 1.2 if trial["params"]["act"] == "tanh" else 1.0
-        progress += (unit["to_step"] - unit["from_step"]) * rate
-        saved[ref := f"ckpt/{trial['number']}"] = progress
-        body = {"values": {"accuracy": 1 - math.exp(-progress / 20)}, "checkpoint": ref}
-        r = api.post(f"/v1/studies/{sid}/trials/{trial['number']}/tell", json=body)
-        assert r.status_code == 200, r.text
+            break
+        _work(api, sid, answer["trials"][0], saved)
         done += 1
     return done
 
@@ -121,15 +125,20 @@ def test_the_lineage_tree_is_the_units_lineage_and_follows_new_units(server, api
     sid = _study(api)
     saved: dict[str, float] = {}
     assert _train(api, sid, 9, saved) == 9  # generations 0 and 1 and the start of 2
+    (slow,) = _ask(api, sid, "slow")["trials"]  # a unit still training
     page = watched.page
     page.goto(f"{server.url}/dashboard/studies/{sid}")
     page.wait_for_selector("#population-view:not([hidden]) #lineage-tree .main-svg")
     _shows_revision(watched, api, sid)
     drawn = _drawn(watched)
-    assert drawn["edges"] == _parents(api, sid) and len(drawn["edges"]) == 9 - 4
+    assert drawn["edges"] == _parents(api, sid) and len(drawn["edges"]) == 10 - 4
+    assert drawn["edges"][-1][1] == slow["number"]
 
     # The rest of the study, told while the page is open, shows without a reload.
     assert _train(api, sid, 100, saved) > 0
+    _work(api, sid, slow, saved)
+    _train(api, sid, 100, saved)
+    assert _ask(api, sid, "w0")["finished"]
     _shows_revision(watched, api, sid)
     drawn = _drawn(watched)
     units = api.get(f"/v1/studies/{sid}/trials").json()["data"]
@@ -146,8 +155,10 @@ def test_the_lineage_tree_is_the_units_lineage_and_follows_new_units(server, api
         assert names == ["best member", *(f"member {m}" for m in range(4))]
     assert len(drawn["checkpoints"]) == len(units)
     assert set(map(tuple, drawn["checkpoints"])) == _expected_checkpoints(api, sid)
-    assert page.locator("#checkpoints-note").inner_text().startswith(
-        f"{sum(k == 'pinned' for _, _, k in drawn['checkpoints'])} pinned"
+    assert (
+        page.locator("#checkpoints-note")
+        .inner_text()
+        .startswith(f"{sum(k == 'pinned' for _, _, k in drawn['checkpoints'])} pinned")
     )
     watched.screenshot("study-pbt")
     watched.assert_clean()

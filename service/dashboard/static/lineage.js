@@ -5,7 +5,7 @@
 // highlighted, and the checkpoints, pinned or releasable.
 /* global Plotly */
 import { getJson } from "./api.js";
-import { el, number } from "./format.js";
+import { ago, el, number } from "./format.js";
 
 const SCHEDULERS = new Set(["pbt", "ipbt"]);
 // The most recent units drawn; the server leaves older ones out.
@@ -24,6 +24,7 @@ function unitText(u, objective) {
     `trial ${u.trial}: member ${u.member}, steps ${u.from_step}-${u.to_step}`,
     `${u.reason}${u.parent === null ? " (fresh)" : ` from trial ${u.parent} (member ${u.parent_member})`}`,
     `${u.state}${u.value === null ? "" : `, ${objective} ${number(u.value)}`}`,
+    u.started_at ? `handed out ${ago(u.started_at)}` : "not handed out yet",
     ...Object.entries(u.params).map(([k, v]) => `${k} = ${number(v)}`),
   ].join("<br>");
 }
@@ -87,7 +88,12 @@ function treeTraces(population, best) {
       name: reason,
       x: marked.map((u) => u.from_step),
       y: marked.map((u) => u.member),
-      text: marked.map((u) => `trial ${u.trial} ${reason}s trial ${u.parent} (member ${u.parent_member}) at step ${u.from_step}`),
+      text: marked.map(
+        (u) =>
+          `trial ${u.trial} (${reason}): member ${u.member} loaded the checkpoint of trial ` +
+          `${u.parent} (member ${u.parent_member}) at step ${u.from_step}` +
+          (u.started_at ? `, ${ago(u.started_at)}` : ""),
+      ),
       hovertemplate: "%{text}<extra></extra>",
       marker: { symbol: reason === "exploit" ? "triangle-right" : "star", size: 11, color: COPY[reason] },
     });
