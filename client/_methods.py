@@ -226,6 +226,7 @@ class StudyMethods(_Handle[StudyPublic]):
     lineage = Method(ops.lineage)
     best_schedule = Method(ops.best_schedule)
     checkpoints = Method(ops.checkpoints)
+    population = Method(ops.population)
     export = Method(ops.export)
     export_csv = Method(ops.export_csv)
     update = Method(ops.update)

@@ -34,6 +34,7 @@ from client.models import (
     StudyExport,
     StudyHistory,
     StudyPareto,
+    StudyPopulation,
     StudyPublic,
     StudyState,
     StudyUpdate,
@@ -390,6 +391,16 @@ def checkpoints(study: StudyHandle) -> Op[CheckpointsPublic]:
     """Which checkpoints are still needed (``pinned``) and which may be deleted."""
     path = f"/v1/studies/{study.id}/checkpoints"
     return (yield Call("GET", path, decoder(CheckpointsPublic)))
+
+
+def population(
+    study: StudyHandle, max_units: int = 500, max_checkpoints: int = 100
+) -> Op[StudyPopulation]:
+    """The population of a scheduler study: its last ``max_units`` units with the unit each
+    one started from, the best unit, and its newest checkpoints, pinned or releasable."""
+    path = f"/v1/studies/{study.id}/population"
+    params = {"max_units": max_units, "max_checkpoints": max_checkpoints}
+    return (yield Call("GET", path, decoder(StudyPopulation), params=params))
 
 
 def export(study: StudyHandle) -> Op[StudyExport]:

@@ -37,6 +37,9 @@ from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
+from client.population_models import PopulationCheckpoint as PopulationCheckpoint
+from client.population_models import PopulationUnit as PopulationUnit
+from client.population_models import StudyPopulation as StudyPopulation
 from client.problem_models import ProblemCode as ProblemCode
 from client.problem_models import ProblemDetail as ProblemDetail
 from client.progress_models import HistoryPoint as HistoryPoint

@@ -31,6 +31,7 @@ _UNIT_TRIALS = (
         trials_t.c.unit,
         trials_t.c.params,
         trials_t.c["values"],
+        trials_t.c.started_at,
     )
     .where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.unit.is_not(None))
     .order_by(trials_t.c.number)
@@ -63,12 +64,13 @@ def _checkpoint(measurements: list[Row]) -> str | None:
 
 def load_units(conn: Connection, study_id: int, parsed: ParsedStudy) -> tuple[Unit, ...]:
     """Every unit of the study as the engine sees it, in trial-number order."""
-    return _units(*_unit_rows(conn, study_id), parsed)
+    return unit_list(*_unit_rows(conn, study_id), parsed)
 
 
-def _units(
+def unit_list(
     trials: list[Row], measurements: dict[int, list[Row]], parsed: ParsedStudy
 ) -> tuple[Unit, ...]:
+    """The engine's units of the rows of ``scheduler_rows``."""
     name, sign = parsed.objective_names[0], float(parsed.signs[0])
     units = []
     for t in trials:
@@ -119,14 +121,14 @@ def _chain(trials: list[Row], measurements: dict[int, list[Row]], number: int) -
     return Lineage(trial=number, segments=chain[::-1])
 
 
-def _scheduler_rows(
+def scheduler_rows(
     store: Store, conn: Connection, tenant_id: int, study_id: int
 ) -> tuple[Row, ParsedStudy, list[Row], dict[int, list[Row]]]:
     """The study row, parsed study, unit trials and measurements of a scheduler study
     (``_unit_rows``).
 
     Raises:
-        ApiError: 404 for a missing study; 422 ``not_a_scheduler_study`` for another engine.
+        ApiError: 404 for a missing study; 409 ``not_a_scheduler_study`` for another engine.
     """
     study = find_study(conn, tenant_id, study_id)
     parsed = store.parsed_study(conn, study_id)
@@ -143,7 +145,7 @@ def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage
     """The units whose checkpoints led to trial ``number``, oldest first."""
 
     def fn(conn: Connection) -> Lineage:
-        _, _, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
+        _, _, trials, measurements = scheduler_rows(store, conn, tenant_id, study_id)
         if number not in {t.number for t in trials}:
             raise trial_not_found(study_id, number)
         return _chain(trials, measurements, number)
@@ -159,8 +161,8 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
     """
 
     def fn(conn: Connection) -> Lineage:
-        _, parsed, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
-        best = best_unit(_units(trials, measurements, parsed))
+        _, parsed, trials, measurements = scheduler_rows(store, conn, tenant_id, study_id)
+        best = best_unit(unit_list(trials, measurements, parsed))
         if best is None:
             raise ApiError(
                 ProblemCode.NO_COMPLETED_UNIT, f"study {study_id} has no completed unit yet"
@@ -171,42 +173,48 @@ def best_schedule(store: Store, tenant_id: int, study_id: int) -> Lineage:
 
 
 def checkpoints(store: Store, tenant_id: int, study_id: int) -> CheckpointsPublic:
+    """Which checkpoints are still needed (``checkpoint_split``)."""
+
+    def fn(conn: Connection) -> CheckpointsPublic:
+        study, parsed, trials, measurements = scheduler_rows(store, conn, tenant_id, study_id)
+        units = unit_list(trials, measurements, parsed)
+        return checkpoint_split(study, units, trials, measurements)
+
+    return store.db.read(fn)
+
+
+def checkpoint_split(
+    study: Row, units: tuple[Unit, ...], trials: list[Row], measurements: dict[int, list[Row]]
+) -> CheckpointsPublic:
     """Pinned: the final checkpoints of the units the engine says a future unit may load
     (``pinned`` in its state), of those a pending unit starts from, of each member's last unit
     when it is completed (no next unit decided yet) and of the best unit, and every checkpoint
     of a unit still pending.
-    Releasable: every other checkpoint; no unit will ever load it."""
-
-    def fn(conn: Connection) -> CheckpointsPublic:
-        study, parsed, trials, measurements = _scheduler_rows(store, conn, tenant_id, study_id)
-        units = _units(trials, measurements, parsed)
-        state: dict[str, Any] = study.engine_state
-        pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
-        pinned |= {
-            int(u.spec["start"]["trial"])
-            for u in units
-            if u.state == "pending" and u.spec["start"]["kind"] == "checkpoint"
-        }
-        # A member's last unit, completed since the engine last ran: its next unit is not
-        # decided yet, so its checkpoint may be continued or copied.
-        last: dict[int, Unit] = {int(u.spec["member"]): u for u in units}
-        pinned |= {u.number for u in last.values() if u.state == "completed"}
-        best = best_unit(units)
-        if best is not None:
-            pinned.add(best.number)
-        final = {u.number: u.checkpoint for u in units}
-        pending = {u.number for u in units if u.state == "pending"}
-        keep: list[CheckpointRef] = []
-        release: list[CheckpointRef] = []
-        for t in trials:
-            for m in measurements.get(t.id, []):
-                if m.checkpoint is None:
-                    continue
-                ref = CheckpointRef(trial=t.number, checkpoint=m.checkpoint)
-                needed = t.number in pending or (
-                    t.number in pinned and m.checkpoint == final[t.number]
-                )
-                (keep if needed else release).append(ref)
-        return CheckpointsPublic(pinned=keep, releasable=release)
-
-    return store.db.read(fn)
+    Releasable: every other checkpoint; no unit will ever load it. ``units``: ``unit_list``
+    of the rows of ``scheduler_rows``."""
+    state: dict[str, Any] = study.engine_state
+    pinned = {n for n in state.get("pinned", []) if isinstance(n, int)}
+    pinned |= {
+        int(u.spec["start"]["trial"])
+        for u in units
+        if u.state == "pending" and u.spec["start"]["kind"] == "checkpoint"
+    }
+    # A member's last unit, completed since the engine last ran: its next unit is not
+    # decided yet, so its checkpoint may be continued or copied.
+    last: dict[int, Unit] = {int(u.spec["member"]): u for u in units}
+    pinned |= {u.number for u in last.values() if u.state == "completed"}
+    best = best_unit(units)
+    if best is not None:
+        pinned.add(best.number)
+    final = {u.number: u.checkpoint for u in units}
+    pending = {u.number for u in units if u.state == "pending"}
+    keep: list[CheckpointRef] = []
+    release: list[CheckpointRef] = []
+    for t in trials:
+        for m in measurements.get(t.id, []):
+            if m.checkpoint is None:
+                continue
+            ref = CheckpointRef(trial=t.number, checkpoint=m.checkpoint)
+            needed = t.number in pending or (t.number in pinned and m.checkpoint == final[t.number])
+            (keep if needed else release).append(ref)
+    return CheckpointsPublic(pinned=keep, releasable=release)

@@ -1,5 +1,5 @@
 """/v1/studies: create, list, get, update, delete, best, export, import, the event stream; for
-schedulers the best member's schedule and the checkpoints."""
+schedulers the best member's schedule, the checkpoints and the population."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from client.models import (
     StudiesPage,
     StudyCreate,
     StudyExport,
+    StudyPopulation,
     StudyPublic,
     StudyState,
     StudyUpdate,
 )
-from service import events, studies, transfer, units
+from service import events, population, studies, transfer, units
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
 from service.routers.common import (
@@ -140,6 +141,33 @@ def best_schedule(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Line
 )
 def checkpoints(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> CheckpointsPublic:
     return units.checkpoints(store, tenant, study_id)
+
+
+MaxUnits = Annotated[
+    int, Query(ge=1, le=1000, description="Units at most: those of the highest numbers.")
+]
+MaxCheckpoints = Annotated[
+    int, Query(ge=0, le=200, description="Checkpoints of each kind at most: the newest.")
+]
+
+
+@router.get(
+    "/{study_id}/population",
+    response_model=StudyPopulation,
+    responses=problems(*STUDY, ProblemCode.NOT_A_SCHEDULER_STUDY),
+)
+def study_population(
+    study_id: StudyId,
+    store: StoreDep,
+    tenant: TenantDep,
+    max_units: MaxUnits = 500,
+    max_checkpoints: MaxCheckpoints = 100,
+) -> StudyPopulation:
+    """A scheduler study's (``pbt``, ``ipbt``) population, for charts: its most recent units,
+    each with its member, steps, hyperparameters, score and the unit whose checkpoint it loaded
+    (the lineage forest), the best unit, and its most recent checkpoints, pinned or
+    releasable (as ``/checkpoints`` splits them)."""
+    return population.study_population(store, tenant, study_id, max_units, max_checkpoints)
 
 
 @router.get("/{study_id}/export", response_model=StudyExport, responses=problems(*STUDY))

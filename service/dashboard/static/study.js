@@ -4,6 +4,7 @@ import { getJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
 import { showPareto } from "./pareto.js";
 import { showEngine } from "./engine-panel.js";
+import { showPopulation } from "./lineage.js";
 import { ago, clearError, el, number, pager, showError, stateCounts } from "./format.js";
 import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
@@ -111,6 +112,7 @@ subscribe(
     notes.show(study.notes);
     await curves.show();
     await showEngine(studyId);
+    await showPopulation(studyId, study);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();
