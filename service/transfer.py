@@ -48,7 +48,7 @@ def export_study(store: Store, tenant_id: int, study_id: int) -> StudyExport:
 
 def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
     """The study's trials as CSV, one row per trial: number, state, then params, objective
-    values and constraints, and the reason."""
+    values and constraints, and the reason. Text that starts like a formula is quoted."""
     export = export_study(store, tenant_id, study_id)
     study = export.study
     params = [p.name for p in study.parameters]
@@ -71,13 +71,25 @@ def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
             [
                 t.number,
                 t.state,
-                *(t.params.get(n) for n in params),
+                *(_cell(t.params.get(n)) for n in params),
                 *((t.values or {}).get(n) for n in objectives),
                 *((t.constraints or {}).get(n) for n in constraints),
-                t.reason or "",
+                _cell(t.reason or ""),
             ]
         )
     return out.getvalue()
+
+
+#: What a spreadsheet reads as the start of a formula in a cell.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """A text cell that a spreadsheet would run as a formula gets a leading quote (OWASP's
+    advice against CSV injection); numbers are written as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def import_study(
