@@ -4,6 +4,7 @@ value types, bounded numbers, free-form JSON, and the base classes of request bo
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -15,36 +16,54 @@ TrialState = Literal["waiting", "running", "stale", "completed", "failed", "infe
 #: Trial states that end a trial; a finished trial cannot be told again.
 FINISHED_STATES: tuple[TrialState, ...] = ("completed", "failed", "infeasible")
 
-Name = Annotated[str, Field(min_length=1, max_length=256)]
+#: A name a user gives (a study, an objective...): some visible character, 256 at most.
+Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"\S")]
+#: A parameter's name: bounded like a Name; the search space itself refuses empty ones.
+ParameterName = Annotated[str, Field(max_length=256)]
 #: Bounded like the database columns that store them (PostgreSQL integer and bigint).
 Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
 #: A study's notes or a trial's note: free text, bounded so that a page of trials stays small.
 Note = Annotated[str, Field(max_length=10_000)]
+#: A time in a request body: ISO 8601 text (request models are otherwise strict, so that
+#: "1.5" is not a number and true is not a count).
+Timestamp = Annotated[datetime, Field(strict=False)]
+#: A number in a request body: an int or a float, never text or a boolean.
+StrictFloat = Annotated[float, Field(strict=True)]
+#: ``[low, high]`` in a request body (a JSON array; strict numbers inside).
+FloatPair = Annotated[tuple[StrictFloat, StrictFloat], Field(strict=False)]
 
 
-def _finite_json(value: Any) -> Any:
+#: How deep objects and arrays in free-form JSON may nest: deeper documents are refused when
+#: parsed, because the server could not serialize them back (and no metadata needs more).
+MAX_JSON_DEPTH = 32
+
+
+def _plain_json(value: Any, depth: int = 1) -> Any:
     """Reject NaN and infinities anywhere in free-form JSON (metadata, options): JSON has no
-    such numbers and PostgreSQL refuses to store them."""
+    such numbers and PostgreSQL refuses to store them; and nesting deeper than
+    ``MAX_JSON_DEPTH``."""
+    if isinstance(value, dict | list) and depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("NaN and infinite numbers are not valid JSON")
     if isinstance(value, dict):
         for item in value.values():
-            _finite_json(item)
+            _plain_json(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            _finite_json(item)
+            _plain_json(item, depth + 1)
     return value
 
 
-JsonDict = Annotated[dict[str, Any], AfterValidator(_finite_json)]
+JsonDict = Annotated[dict[str, Any], AfterValidator(_plain_json)]
 
 
 class _Request(BaseModel):
     # NaN and infinities are refused in configs; bodies that carry results accept them so
     # that the server can answer with its own message (tell the trial as failed).
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class _Results(_Request):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True, strict=True)

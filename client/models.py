@@ -22,8 +22,10 @@ from client._wire import Int64 as Int64
 from client._wire import JsonDict as JsonDict
 from client._wire import Name as Name
 from client._wire import Note as Note
+from client._wire import ParameterName as ParameterName
 from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
+from client._wire import Timestamp as Timestamp
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
 from client.engine_models import EngineChart as EngineChart
@@ -54,6 +56,11 @@ from client.sampler_models import SamplerPublic as SamplerPublic
 from client.sampler_models import SamplerStep as SamplerStep
 from client.sampler_models import SamplerTell as SamplerTell
 
+#: A lease shorter than this could expire before its answer reaches the worker; longer than a
+#: week keeps a dead worker's trial from anyone else too long.
+MIN_LEASE_SECONDS = 0.01
+MAX_LEASE_SECONDS = 7 * 86400
+
 # --- search space -------------------------------------------------------------------------
 
 
@@ -62,7 +69,7 @@ class FloatParameter(_Request):
     ``step`` (not with ``log``) restricts it to the grid ``low + k * step``."""
 
     type: Literal["float"] = "float"
-    name: str
+    name: ParameterName
     low: float
     high: float
     log: bool = False
@@ -73,7 +80,7 @@ class IntParameter(_Request):
     """An integer in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``)."""
 
     type: Literal["int"] = "int"
-    name: str
+    name: ParameterName
     low: int
     high: int
     log: bool = False
@@ -81,13 +88,13 @@ class IntParameter(_Request):
 
 class CategoricalParameter(_Request):
     type: Literal["categorical"] = "categorical"
-    name: str
+    name: ParameterName
     choices: list[CategoryValue]
 
 
 class FixedParameter(_Request):
     type: Literal["fixed"] = "fixed"
-    name: str
+    name: ParameterName
     value: CategoryValue
 
 
@@ -129,7 +136,7 @@ class StudyConfig(_Request):
     objectives: list[Objective] = Field(default_factory=lambda: [Objective(name="value")])
     constraints: list[OutcomeConstraint] = Field(default_factory=list)
     engine: EngineSpec = Field(default_factory=EngineSpec)
-    lease_seconds: float = Field(default=600.0, gt=0, le=7 * 86400)
+    lease_seconds: float = Field(default=600.0, ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS)
     #: What happens when a running trial's lease expires: ``requeue`` marks it ``stale`` and
     #: serves its parameters to the next asker (up to ``max_retries`` times, then ``failed``);
     #: ``fail`` marks it ``failed`` at once.
@@ -266,7 +273,7 @@ class StudiesPage(BaseModel):
 class AskRequest(_Request):
     count: int = Field(default=1, ge=1, le=1000)
     worker_id: Annotated[str, Field(max_length=256)] | None = None
-    lease_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+    lease_seconds: float | None = Field(default=None, ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS)
 
 
 class AskResponse(BaseModel):
@@ -307,7 +314,7 @@ class MeasurementPublic(BaseModel):
 
 
 class HeartbeatRequest(_Request):
-    lease_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+    lease_seconds: float | None = Field(default=None, ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS)
     #: The worker that holds the trial; a trial re-served to another worker answers 409.
     worker_id: Annotated[str, Field(max_length=256)] | None = None
 
@@ -402,9 +409,9 @@ class TrialExport(_Results):
     unit: Unit | None = None
     metadata: JsonDict = Field(default_factory=dict)
     measurements: list[ReportRequest] = Field(default_factory=list)
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
+    created_at: Timestamp | None = None
+    started_at: Timestamp | None = None
+    completed_at: Timestamp | None = None
     note: Note | None = None
 
 

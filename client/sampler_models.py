@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from client._wire import JsonDict, _Request, _Results
+from client._wire import FloatPair, JsonDict, _Request, _Results
 
 
 class GaussianInit(_Request):
@@ -55,7 +55,7 @@ class SamplerCreate(_Request):
     init: Annotated[GaussianInit | PointsInit, Field(discriminator="kind")] = Field(
         default_factory=GaussianInit
     )
-    bounds: tuple[float, float] | None = None
+    bounds: FloatPair | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     metadata: JsonDict = Field(default_factory=dict)
 

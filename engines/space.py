@@ -98,12 +98,14 @@ class SearchSpace:
     """A validated search space; build it with ``SearchSpace(params)``.
 
     Raises:
-        SpaceError: empty or duplicate names, bounds in the wrong order, a log scale with a bound
-            <= 0, a step on a log scale or a non-positive step, an empty or duplicated
-            categorical, or more than ``MAX_PARAMETERS`` parameters.
+        SpaceError: no parameter, empty or duplicate names, bounds in the wrong order, a log
+            scale with a bound <= 0, a step on a log scale or a non-positive step, an empty or
+            duplicated categorical, or more than ``MAX_PARAMETERS`` parameters.
     """
 
     def __init__(self, params: Sequence[Param]) -> None:
+        if not params:
+            raise SpaceError("the search space needs at least one parameter")
         if len(params) > MAX_PARAMETERS:
             raise SpaceError(
                 f"the search space has {len(params)} parameters; at most {MAX_PARAMETERS} allowed"

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.models import ProblemCode, ProblemDetail
@@ -134,7 +135,16 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, ProblemCode.HTTP_ERROR)
-        return problem(code, str(exc.detail), exc.status_code)
+        detail = str(exc.detail)
+        if code is ProblemCode.MALFORMED_JSON:
+            detail = (
+                "the request body could not be read as JSON: it is not UTF-8, or nests too deep"
+            )
+        response = problem(code, detail, exc.status_code)
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(_allowed_methods(app, request))
+        return response
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -142,8 +152,30 @@ def _install_errors(app: FastAPI) -> None:
         return problem(ProblemCode.INTERNAL_ERROR, "the server failed; the error is logged")
 
 
-#: Starlette's own HTTP errors (no route, wrong method); any other status is ``http_error``.
-_HTTP_CODES = {404: ProblemCode.NOT_FOUND, 405: ProblemCode.METHOD_NOT_ALLOWED}
+#: Starlette's and FastAPI's own HTTP errors: a body that is not text (say, invalid UTF-8), no
+#: route, a wrong method; any other status is ``http_error``.
+_HTTP_CODES = {
+    400: ProblemCode.MALFORMED_JSON,
+    404: ProblemCode.NOT_FOUND,
+    405: ProblemCode.METHOD_NOT_ALLOWED,
+}
+
+
+#: The methods a 405's Allow may name.
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """The methods some route answers on the request's path. HTTP requires them in a 405's
+    Allow; Starlette names only those of the first route that matched the path."""
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in app.routes
+        )
+    ]
 
 
 def _is_malformed_body(error: dict[str, Any]) -> bool:

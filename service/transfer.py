@@ -49,7 +49,8 @@ def export_study(store: Store, tenant_id: int, study_id: int) -> StudyExport:
 
 def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
     """The study's trials as CSV, one row per trial: number, state, then params, objective
-    values and constraints, the reason and the note (free text, ``csv_text``)."""
+    values and constraints, the reason and the note; text that would start a spreadsheet
+    formula is quoted (``csv_cell``)."""
     export = export_study(store, tenant_id, study_id)
     study = export.study
     params = [p.name for p in study.parameters]
@@ -73,11 +74,11 @@ def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
             [
                 t.number,
                 t.state,
-                *(t.params.get(n) for n in params),
+                *(csv_cell(t.params.get(n)) for n in params),
                 *((t.values or {}).get(n) for n in objectives),
                 *((t.constraints or {}).get(n) for n in constraints),
-                csv_text(t.reason),
-                csv_text(t.note),
+                csv_cell(t.reason),
+                csv_cell(t.note),
             ]
         )
     return out.getvalue()
@@ -87,12 +88,15 @@ def export_csv(store: Store, tenant_id: int, study_id: int) -> str:
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def csv_text(text: str | None) -> str:
-    """A free-text cell (a reason, a note) that a spreadsheet shows as text: one that would
-    start a formula gets a leading apostrophe (OWASP's advice against CSV injection)."""
-    if not text:
+def csv_cell(value: object) -> object:
+    """A cell that a spreadsheet shows as written: text (a parameter's choice, a reason, a
+    note) that would start a formula gets a leading apostrophe (OWASP's advice against CSV
+    injection); numbers are written as they are, ``None`` as an empty cell."""
+    if value is None:
         return ""
-    return f"'{text}" if text.startswith(_FORMULA_START) else text
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return f"'{value}"
+    return value
 
 
 def import_study(
