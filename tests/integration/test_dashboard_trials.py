@@ -172,6 +172,26 @@ def test_a_running_trial_shows_in_the_panel_and_can_be_failed(server, api, watch
     watched.assert_clean()
 
 
+def test_requeueing_a_running_trial_serves_its_parameters_to_the_next_worker(server, api, watched):
+    sid = _study(api, "requeue")
+    number = _asked(api, sid, worker="gpu-1")
+    params = api.get(f"/v1/studies/{sid}/trials/{number}").json()["params"]
+    _open(watched, f"{server.url}/dashboard/studies/{sid}")
+    page = watched.page
+    row = page.locator(f"#running tr[data-number='{number}']")
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.locator("button.requeue").click()
+    _eventually(lambda: api.get(f"/v1/studies/{sid}/trials/{number}").json()["state"] == "failed")
+    failed = api.get(f"/v1/studies/{sid}/trials/{number}").json()
+    copy = number + 1
+    assert failed["reason"] == f"requeued from the dashboard as trial {copy}"
+    r = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": "gpu-2"})
+    (served,) = r.json()["trials"]
+    assert (served["number"], served["params"]) == (copy, params)
+    page.wait_for_selector(f"#running tr[data-number='{copy}']")
+    watched.assert_clean()
+
+
 def test_the_csv_download_follows_the_table_sort(server, api, watched):
     sid = _study(api, "csv")
     for i, value in enumerate([3.0, 1.0, 2.0]):

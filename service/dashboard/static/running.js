@@ -1,7 +1,8 @@
 // The running trials panel: GET /v1/studies/{id}/trials?state=running, each trial's worker,
 // last heartbeat, lease, retries and latest intermediate value (the last point of its curve,
-// GET .../measurements?selection=running), and a button that fails it (POST .../tell with
-// state failed) after a confirmation. A trial whose worker has not been heard from for longer
+// GET .../measurements?selection=running), and buttons that fail it (POST .../tell with state
+// failed) or requeue it (its parameters enqueued as a new trial, POST .../trials, then the trial
+// failed, as Optuna's RetryFailedTrialCallback does), each after a confirmation. A trial whose worker has not been heard from for longer
 // than the study's lease (or whose lease has run out) is marked stuck; the heartbeat ages tick
 // every second between refreshes.
 import { getJson, sendJson } from "./api.js";
@@ -96,7 +97,13 @@ export class RunningPanel {
       el("td", { class: "heartbeat", title: trial.heartbeat_at || "" }, heartbeatText(age)),
       el("td", { class: "num retries" }, trial.retries),
       el("td", { class: "latest" }, latest(curve)),
-      el("td", {}, el("button", { class: "fail", onclick: () => this.fail(trial.number) }, "Fail")),
+      el(
+        "td",
+        {},
+        el("button", { class: "fail", onclick: () => this.fail(trial.number) }, "Fail"),
+        // A scheduler's unit has its own start: only the scheduler may serve it again.
+        trial.unit ? "" : el("button", { class: "requeue", onclick: () => this.requeue(trial) }, "Requeue"),
+      ),
     );
   }
 
@@ -108,5 +115,18 @@ export class RunningPanel {
         reason: "failed from the dashboard",
       }),
     );
+  }
+
+  requeue(trial) {
+    const question = `Requeue trial ${trial.number}? Its parameters go to the next worker that asks, and this run is failed.`;
+    if (!window.confirm(question)) return null;
+    return reporting(this.errorNode, async () => {
+      const path = `/v1/studies/${this.studyId}/trials`;
+      const copy = await sendJson("POST", path, { params: trial.params });
+      return sendJson("POST", `${path}/${trial.number}/tell`, {
+        state: "failed",
+        reason: `requeued from the dashboard as trial ${copy.number}`,
+      });
+    });
   }
 }
