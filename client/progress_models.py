@@ -19,9 +19,9 @@ class HistoryPoint(BaseModel):
 
 
 class StudyHistory(BaseModel):
-    """A study's finished trials in number order, for a chart: all of them, or at most the
-    asked number when ``downsampled`` (per stretch of trials, the lowest and highest value of
-    each objective and the first trial that did not complete)."""
+    """A study's finished and stale trials in number order, for a chart: all of them, or at
+    most the asked number when ``downsampled`` (per stretch of trials, the lowest and highest
+    value of each objective and the first trial that did not complete)."""
 
     objectives: list[str]
     #: Finished trials (completed, failed, infeasible) in the study.

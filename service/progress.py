@@ -23,15 +23,19 @@ _NUMBERS_PER_QUERY = 500
 
 K = TypeVar("K")
 
+#: The trials a history draws: the finished ones, and the stale ones (lease expired, waiting
+#: to be served again), marked so that a chart shows where workers were lost.
+CHARTED_STATES = (*FINISHED_STATES, "stale")
+
 
 def study_history(
     store: Store, tenant_id: int, study_id: int, max_points: int, trial_filter: str | None = None
 ) -> bytes:
-    """The history of the finished trials that pass ``trial_filter`` (``service.trial_fields``)
-    as JSON (a ``StudyHistory``), computed once per study revision and kept serialized in
-    ``Store.charts``: every change to a study's trials bumps its revision, so a page refreshing
-    an unchanged study reads only the study row, and an entry takes the size of the answer (at
-    most about 1 MB at ``max_points=10000``)."""
+    """The history of the finished and stale trials that pass ``trial_filter``
+    (``service.trial_fields``) as JSON (a ``StudyHistory``), computed once per study revision
+    and kept serialized in ``Store.charts``: every change to a study's trials bumps its
+    revision, so a page refreshing an unchanged study reads only the study row, and an entry
+    takes the size of the answer (at most about 1 MB at ``max_points=10000``)."""
 
     def fn(conn: Connection) -> bytes:
         revision = find_study(conn, tenant_id, study_id, columns=("id", "revision")).revision
@@ -54,7 +58,7 @@ def _history(
 ) -> StudyHistory:
     names = list(parsed.objective_names)
     where = filter_clauses(parsed, trial_filter)
-    rows = objective_rows(conn, study_id, names, FINISHED_STATES, where, with_completed_at=True)
+    rows = objective_rows(conn, study_id, names, CHARTED_STATES, where, with_completed_at=True)
     m = len(names)
     Y = np.array([r[3 : 3 + m] for r in rows], dtype=np.float64).reshape(len(rows), m)
     numbers = [r.number for r in rows]
@@ -76,7 +80,7 @@ def _history(
         )
     return StudyHistory(
         objectives=names,
-        finished=len(rows),
+        finished=sum(r.state != "stale" for r in rows),
         downsampled=len(keep) < len(rows),
         points=[
             HistoryPoint(

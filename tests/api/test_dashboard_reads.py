@@ -1,6 +1,8 @@
 """The reads the dashboard is built on: trials sorted and paged on the server, and a study's
 history downsampled on the server; on SQLite and PostgreSQL, whose JSON operators differ."""
 
+import time
+
 import pytest
 
 from tests.conftest import FLOAT_X, make_test_client, study_body
@@ -95,6 +97,20 @@ def test_an_unknown_sort_is_a_validation_error(http, sid, sort):
     r = http.get(f"/v1/studies/{sid}/trials", params={"sort": sort})
     assert r.status_code == 422
     assert r.json()["code"] == "validation_error" and sort in r.json()["detail"]
+
+
+def test_history_marks_stale_trials_without_counting_them_finished(http, sid):
+    r = http.post(f"/v1/studies/{sid}/ask", json={"worker_id": "lost", "lease_seconds": 0.05})
+    (lost,) = r.json()["trials"]
+    deadline = time.monotonic() + 10
+    while http.get(f"/v1/studies/{sid}/trials/{lost['number']}").json()["state"] != "stale":
+        assert time.monotonic() < deadline, "the reaper never expired the lease"
+        time.sleep(0.1)
+    body = http.get(f"/v1/studies/{sid}/history").json()
+    assert body["finished"] == 5
+    assert (lost["number"], "stale", None) in [
+        (p["number"], p["state"], p["values"]) for p in body["points"]
+    ]
 
 
 def test_history_has_every_finished_trial_and_the_best_so_far(http, sid):

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.browser import WatchedPage
 from tests.integration.conftest import Server
+from tests.integration.test_dashboard_trials import _eventually
 
 pytestmark = pytest.mark.integration
 
@@ -78,16 +79,23 @@ def test_study_page_draws_the_history_and_the_trial_table(server, api, watched):
     for i in range(60):
         _completed(api, sid, (i % 10) - 5.0, float((i * 7) % 13))
     api.post(f"/v1/studies/{sid}/trials/{_asked(api, sid)}/tell", json={"state": "failed"})
+    # A worker lost: its trial's lease expires and the reaper makes it stale.
+    r = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": "lost", "lease_seconds": 0.05})
+    lost = r.json()["trials"][0]["number"]
+    trial = f"/v1/studies/{sid}/trials/{lost}"
+    # The server's reaper passes every 5 s.
+    _eventually(lambda: api.get(trial).json()["state"] == "stale", seconds=15)
     _open_study(watched, server, sid)
     page = watched.page
-    assert page.locator("#history").get_attribute("data-points") == "61"
+    assert page.locator("#history").get_attribute("data-points") == "62"
     assert page.locator("#history .legendtext").all_text_contents() == [
         "value",
         "best value",
         "failed / infeasible",
+        "stale (lease expired, to be served again)",
     ]
     assert page.locator("#trials tbody tr").count() == 50
-    assert page.locator("#page-info").inner_text() == "trials 1-50 of 61"
+    assert page.locator("#page-info").inner_text() == "trials 1-50 of 62"
     watched.screenshot("study")
     watched.assert_clean()
 

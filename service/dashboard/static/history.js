@@ -43,22 +43,30 @@ export function drawHistory(node, history, xAxis = "number") {
   const traces = history.objectives.flatMap((name, i) =>
     objectiveTraces(history, name, i === 0 ? "y" : `y${i + 1}`, xAxis),
   );
-  const failed = history.points.filter((p) => FAILED_STATES.has(p.state));
-  // Failed and infeasible trials have no values: marked along the bottom, on an axis of their own.
+  // Failed, infeasible and stale trials have no values: marked along the bottom, on an axis of
+  // their own.
   const failedAxis = `y${k + 1}`;
   const bottom = k === 1 ? "y" : `y${k}`;
-  traces.push({
+  const marks = (points, name, height, marker) => ({
     type: "scatter",
     mode: "markers",
-    name: "failed / infeasible",
-    x: failed.map((p) => pointX(p, xAxis)),
-    y: failed.map(() => 0.02),
-    text: failed.map((p) => `trial ${p.number}: ${p.state}`),
-    marker: { symbol: "x", size: 7, color: "#b3261e" },
+    name,
+    x: points.map((p) => pointX(p, xAxis)),
+    y: points.map(() => height),
+    text: points.map((p) => `trial ${p.number}: ${p.state}`),
+    marker,
     xaxis: "x",
     yaxis: failedAxis,
     hovertemplate: "%{text}<extra></extra>",
   });
+  const failed = history.points.filter((p) => FAILED_STATES.has(p.state));
+  traces.push(marks(failed, "failed / infeasible", 0.02, { symbol: "x", size: 7, color: "#b3261e" }));
+  const stale = history.points.filter((p) => p.state === "stale");
+  // A stale trial has no completion time: it is marked on the trial-number axis only.
+  if (stale.length && xAxis === "number") {
+    const marker = { symbol: "circle-open", size: 8, color: "#b26a00" };
+    traces.push(marks(stale, "stale (lease expired, to be served again)", 0.06, marker));
+  }
   const layout = {
     margin: { l: 60, r: 20, t: 10, b: 40 },
     showlegend: true,
