@@ -216,6 +216,7 @@ class StudyMethods(_Handle[StudyPublic]):
     trials = Listing(ops.trials)
     measurements = Method(ops.measurements)
     best = Method(ops.best)
+    importance = Method(ops.importance)
     lineage = Method(ops.lineage)
     best_schedule = Method(ops.best_schedule)
     checkpoints = Method(ops.checkpoints)

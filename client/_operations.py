@@ -34,6 +34,7 @@ from client.models import (
     StudiesPage,
     StudyCreate,
     StudyExport,
+    StudyImportance,
     StudyPublic,
     StudyState,
     StudyUpdate,
@@ -321,6 +322,17 @@ def measurements(study: StudyHandle, number: int) -> Op[list[MeasurementPublic]]
 
 def best(study: StudyHandle) -> Op[BestPublic]:
     return (yield Call("GET", f"/v1/studies/{study.id}/best", decoder(BestPublic)))
+
+
+def importance(
+    study: StudyHandle, objective: str | None = None, filter: str | None = None
+) -> Op[StudyImportance]:
+    """How much each parameter matters to ``objective`` (the first by default): fANOVA of a
+    random forest on the server, over the completed trials that pass ``filter`` (a JSON
+    filter as the trial list takes)."""
+    params = {k: v for k, v in (("objective", objective), ("filter", filter)) if v is not None}
+    path = f"/v1/studies/{study.id}/importance"
+    return (yield Call("GET", path, decoder(StudyImportance), params=params))
 
 
 def lineage(study: StudyHandle, number: int) -> Op[Lineage]:

@@ -25,6 +25,8 @@ from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
 from client._wire import TrialState as TrialState
 from client._wire import _Request, _Results
+from client.importance_models import ParameterImportance as ParameterImportance
+from client.importance_models import StudyImportance as StudyImportance
 from client.pareto_models import ParetoKind as ParetoKind
 from client.pareto_models import ParetoPoint as ParetoPoint
 from client.pareto_models import StudyPareto as StudyPareto
