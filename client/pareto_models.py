@@ -40,3 +40,8 @@ class StudyPareto(BaseModel):
     #: and from three objectives on when the front is too long to compute at once (fewer
     #: steps from about 30 points on the front, none past about 300).
     hypervolume: list[tuple[int, float]]
+    #: ``[trial number, EMD]`` of the feasible front after that trial, at the same kind of
+    #: steps: the leave-one-out Expected Minimum Distance of the Pareto set in the unit cube
+    #: (``BestPublic.pareto_set_loo_emd``), where the front has two trials or more; lower is
+    #: denser. Empty for one objective.
+    emd: list[tuple[int, float]] = []

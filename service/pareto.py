@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from client.models import ParetoKind, ParetoPoint, StudyPareto
 from engines.metrics import front_lifetimes, hypervolume
+from service.pareto_emd import emd_steps
 from service.problem import ParsedStudy
 from service.progress import evenly, objective_rows, trial_params
 from service.store import Store, find_study
@@ -70,6 +71,7 @@ def study_pareto(
             hypervolume=_hypervolume_steps(
                 parsed, Y[feasible_rows], numbers[feasible_rows], joined, left
             ),
+            emd=emd_steps(conn, study_id, parsed, numbers[feasible_rows], joined, left),
         )
 
     return store.db.read(fn)
