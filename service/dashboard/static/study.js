@@ -8,6 +8,7 @@ import { TrialsTable } from "./trials-table.js";
 import { StudyControls } from "./controls.js";
 import { RunningPanel } from "./running.js";
 import { downloadCsv } from "./trials-csv.js";
+import { ParameterCharts } from "./slice-contour.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
@@ -22,6 +23,7 @@ const running = new RunningPanel(
   document.getElementById("running"),
   document.getElementById("running-error"),
 );
+const parameterCharts = new ParameterCharts(studyId);
 document.getElementById("download-csv").addEventListener("click", () =>
   downloadCsv(table.study, table.sort, table.order).catch(showError),
 );
@@ -64,6 +66,7 @@ subscribe(
     controls.show(study);
     await Promise.all([showHistory(), table.show(study), running.show()]);
     await showPareto(studyId, study);
+    await parameterCharts.show(study);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();
