@@ -92,6 +92,11 @@ def test_slice_contour_and_importance(server, api, watched):
         "(() => { const d = document.getElementById('importance').data;"
         " return d && d[0].y[d[0].y.length - 1] === 'lr'; })()"
     )
+    # Two objectives: the Pareto set's EMD over trial numbers, ending at /best's figure.
+    page.wait_for_selector("#emd .main-svg")
+    (emd,) = _traces(watched, "#emd")
+    best = api.get(f"/v1/studies/{sid}/best").json()["pareto_set_loo_emd"]
+    assert emd["y"][-1] == pytest.approx(best)
     watched.screenshot("study-slice-contour")
     watched.assert_clean()
 

@@ -5,6 +5,7 @@
 /* global Plotly */
 import { getJson } from "./api.js";
 import { number } from "./format.js";
+import { drawEmd } from "./emd.js";
 
 const KINDS = {
   non_dominated: { name: "non-dominated", color: "#d9480f", size: 9, opacity: 1, symbol: "circle" },
@@ -133,6 +134,7 @@ export async function showPareto(studyId, study) {
   hypervolume.hidden = !pareto.hypervolume.length;
   await drawFront(front, pareto);
   if (pareto.hypervolume.length) await drawHypervolume(hypervolume, pareto);
+  await drawEmd(document.getElementById("emd"), pareto);
   front.dataset.nonDominated = pareto.counts.non_dominated;
   document.getElementById("pareto-note").textContent = note(pareto);
 }
