@@ -69,9 +69,10 @@ def test_slice_contour_and_importance(server, api, watched):
     assert panels.evaluate_all("ps => ps.map(p => p.dataset.param)") == ["x", "lr", "act"]
     (slice_x,) = _traces(watched, "#slices .slice[data-param='x']")
     assert len(slice_x["x"]) == 60
-    assert page.eval_on_selector(
-        "#slices .slice[data-param='lr']", "n => n.layout.xaxis.type"
-    ) == "log"
+    assert (
+        page.eval_on_selector("#slices .slice[data-param='lr']", "n => n.layout.xaxis.type")
+        == "log"
+    )
     assert page.eval_on_selector(
         "#slices .slice[data-param='act']", "n => n.layout.xaxis.ticktext"
     ) == ["relu", "tanh", "gelu"]
