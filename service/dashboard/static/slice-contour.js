@@ -15,6 +15,9 @@ import { showImportance } from "./importance.js";
 const CONFIG = { responsive: true, displaylogo: false };
 const GRID = 30;
 const MAX_POINTS = 2000;
+// A busy study changes several times a second and a fit costs the server up to a second: the
+// importance is asked again at most this often, unless the objective or the filter changed.
+const IMPORTANCE_EVERY_MS = 10000;
 
 // How a parameter is placed on an axis: categoricals by their choice's index.
 function axisOf(param) {
@@ -133,6 +136,8 @@ export class ParameterCharts {
     this.studyId = studyId;
     this.study = null;
     this.drawn = 0; // the latest draw wins when refreshes overlap
+    this.importanceKey = null;
+    this.importanceAt = 0;
     this.objective = document.getElementById("param-objective");
     this.xSelect = document.getElementById("contour-x");
     this.ySelect = document.getElementById("contour-y");
@@ -160,6 +165,18 @@ export class ParameterCharts {
     return this.study.parameters.filter((p) => p.type !== "fixed");
   }
 
+  importance(objective, filter) {
+    const key = JSON.stringify([objective, filter]);
+    if (key === this.importanceKey && Date.now() - this.importanceAt < IMPORTANCE_EVERY_MS) return null;
+    this.importanceKey = key;
+    this.importanceAt = Date.now();
+    const node = document.getElementById("importance");
+    return showImportance(this.studyId, objective, filter, node, document.getElementById("importance-note")).catch((error) => {
+      this.importanceKey = null; // asked again on the next refresh
+      throw error;
+    });
+  }
+
   async draw() {
     if (!this.study) return;
     const draw = ++this.drawn;
@@ -167,7 +184,7 @@ export class ParameterCharts {
     const filter = filterQuery();
     const [points] = await Promise.all([
       getJson(`/v1/studies/${this.studyId}/points`, { max_points: MAX_POINTS, filter }),
-      showImportance(this.studyId, objective, filter, document.getElementById("importance"), document.getElementById("importance-note")),
+      this.importance(objective, filter),
     ]);
     if (draw !== this.drawn) return;
     const told = points.points.filter((p) => p.values);
