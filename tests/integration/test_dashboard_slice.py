@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.integration.browser import WatchedPage
+from tests.integration.browser import ARTIFACTS, WatchedPage
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -99,6 +99,8 @@ def test_slice_contour_and_importance(server, api, watched):
     best = api.get(f"/v1/studies/{sid}/best").json()["pareto_set_loo_emd"]
     assert emd["y"][-1] == pytest.approx(best)
     watched.screenshot("study-slice-contour")
+    # The parameters view alone, for the README (docs/dashboard/study-parameters.png).
+    page.locator("#parameters-view").screenshot(path=str(ARTIFACTS / "study-parameters.png"))
     watched.assert_clean()
 
 
