@@ -223,6 +223,7 @@ class StudyMethods(_Handle[StudyPublic]):
     curves = Method(ops.curves)
     best = Method(ops.best)
     engine_panel = Method(ops.engine_panel)
+    importance = Method(ops.importance)
     lineage = Method(ops.lineage)
     best_schedule = Method(ops.best_schedule)
     checkpoints = Method(ops.checkpoints)

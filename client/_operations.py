@@ -33,6 +33,7 @@ from client.models import (
     StudyEngine,
     StudyExport,
     StudyHistory,
+    StudyImportance,
     StudyPareto,
     StudyPopulation,
     StudyPublic,
@@ -374,6 +375,17 @@ def engine_panel(study: StudyHandle, max_points: int = 2000) -> Op[StudyEngine]:
     ``max_points`` per series), and its current state."""
     path = f"/v1/studies/{study.id}/engine"
     return (yield Call("GET", path, decoder(StudyEngine), params={"max_points": max_points}))
+
+
+def importance(
+    study: StudyHandle, objective: str | None = None, filter: str | None = None
+) -> Op[StudyImportance]:
+    """How much each parameter matters to ``objective`` (the first by default): fANOVA of a
+    random forest on the server, over the completed trials that pass ``filter`` (a JSON
+    filter as the trial list takes)."""
+    params = {k: v for k, v in (("objective", objective), ("filter", filter)) if v is not None}
+    path = f"/v1/studies/{study.id}/importance"
+    return (yield Call("GET", path, decoder(StudyImportance), params=params))
 
 
 def lineage(study: StudyHandle, number: int) -> Op[Lineage]:

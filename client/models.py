@@ -34,6 +34,8 @@ from client.engine_models import EngineParticles as EngineParticles
 from client.engine_models import EngineSeries as EngineSeries
 from client.engine_models import FactValue as FactValue
 from client.engine_models import StudyEngine as StudyEngine
+from client.importance_models import ParameterImportance as ParameterImportance
+from client.importance_models import StudyImportance as StudyImportance
 from client.notes_models import StudyCurves as StudyCurves
 from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind

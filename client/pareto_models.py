@@ -37,6 +37,12 @@ class StudyPareto(BaseModel):
     points: list[ParetoPoint]
     #: ``[trial number, hypervolume]`` of the feasible front after that trial, where the
     #: front changed (at most 100 steps, always the last); empty without a reference point,
-    #: and from three objectives on when the front is too long to compute at once (fewer
-    #: steps from about 30 points on the front, none past about 300).
+    #: and from three objectives on when the front is too long to compute at once (three
+    #: objectives: fewer steps from a few hundred points on the front, none past about 3,000;
+    #: four: fewer from about 10, none past about 46).
     hypervolume: list[tuple[int, float]]
+    #: ``[trial number, EMD]`` of the feasible front after that trial, at the same kind of
+    #: steps: the leave-one-out Expected Minimum Distance of the Pareto set in the unit cube
+    #: (``BestPublic.pareto_set_loo_emd``), where the front has two trials or more; lower is
+    #: denser. Empty for one objective.
+    emd: list[tuple[int, float]] = []

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from client.models import ParetoKind, ParetoPoint, StudyPareto
 from engines.metrics import front_lifetimes, hypervolume
+from service.pareto_emd import emd_steps
 from service.problem import ParsedStudy
 from service.progress import evenly, objective_rows, trial_params
 from service.store import Store, find_study
@@ -17,10 +18,13 @@ from service.trial_fields import filter_clauses
 
 #: Steps of the hypervolume curve at most: each step is one hypervolume computation.
 HYPERVOLUME_STEPS = 100
-#: From three objectives on, an exact hypervolume of a front of ``p`` points costs about
+#: From four objectives on, an exact hypervolume of a front of ``p`` points costs about
 #: ``p ** (m - 1)`` steps of Python (about 1 s for this many): the curve gets fewer steps
-#: when its fronts are long, down to the last one alone, and none past that (p > 316).
+#: when its fronts are long, down to the last one alone, and none past that (p > 46 for four).
 HYPERVOLUME_WORK = 100_000
+#: Three objectives: ``p`` vectorized sweeps of up to ``p`` points (``engines.metrics``), about
+#: 1 s for fronts of this many ``p ** 2`` in all (none past p = 3,162).
+HYPERVOLUME_WORK_3 = 10_000_000
 KINDS: tuple[ParetoKind, ...] = ("non_dominated", "dominated", "infeasible")
 
 
@@ -70,6 +74,7 @@ def study_pareto(
             hypervolume=_hypervolume_steps(
                 parsed, Y[feasible_rows], numbers[feasible_rows], joined, left
             ),
+            emd=emd_steps(conn, study_id, parsed, numbers[feasible_rows], joined, left),
         )
 
     return store.db.read(fn)
@@ -96,7 +101,7 @@ def _hypervolume_steps(
     while True:
         steps = joined[evenly(len(joined), count)] if count < len(joined) else joined
         fronts = [joined[(joined <= k) & (left > k)] for k in steps.tolist()]
-        if m < 3 or sum(len(f) ** (m - 1) for f in fronts) <= HYPERVOLUME_WORK:
+        if m < 3 or _hypervolume_work(fronts, m) <= HYPERVOLUME_WORK:
             break
         if count == 1:
             return []  # even the last front alone would take seconds
@@ -105,3 +110,11 @@ def _hypervolume_steps(
         (int(numbers[k]), hypervolume(Y[front], ref))
         for k, front in zip(steps.tolist(), fronts, strict=True)
     ]
+
+
+def _hypervolume_work(fronts: list[np.ndarray], m: int) -> float:
+    """The cost of the hypervolumes of ``fronts`` of ``m >= 3`` objectives, in units of
+    ``HYPERVOLUME_WORK`` (about 1 s in all)."""
+    if m == 3:
+        return sum(len(f) ** 2 for f in fronts) * HYPERVOLUME_WORK / HYPERVOLUME_WORK_3
+    return sum(len(f) ** (m - 1) for f in fronts)

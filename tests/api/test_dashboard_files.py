@@ -1,6 +1,7 @@
 """The dashboard's files come from this server: its pages, its modules and Plotly.js."""
 
 import re
+from html.parser import HTMLParser
 
 import pytest
 
@@ -44,3 +45,32 @@ def test_a_study_page_of_a_malformed_id_and_a_missing_file_are_problems(http):
 
 def test_the_dashboard_is_not_part_of_the_api_description(http):
     assert not [p for p in http.app.openapi()["paths"] if p.startswith("/dashboard")]
+
+
+class _Nesting(HTMLParser):
+    """Checks that every element a page opens is closed, in order (void elements aside)."""
+
+    VOID = {"meta", "link", "br", "hr", "img", "input", "col", "source", "area", "base", "wbr"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: object) -> None:
+        if tag not in self.VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.open or self.open[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.open[-1:]} at line {self.getpos()[0]}")
+        else:
+            self.open.pop()
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in STATIC.glob("*.html")))
+def test_every_page_closes_each_element_it_opens(page):
+    # A lost </section> hides every view after it inside a hidden section.
+    parser = _Nesting()
+    parser.feed((STATIC / page).read_text(encoding="utf-8"))
+    assert parser.errors == [] and parser.open == [], (parser.errors, parser.open)

@@ -6,6 +6,7 @@ from itertools import pairwise
 
 import pytest
 
+from service import pareto
 from tests.conftest import FLOAT_X, make_test_client, study_body
 
 LOSS_ACC = [
@@ -125,7 +126,9 @@ def _three_objective_front(http, size):
     return sid
 
 
-def test_a_long_three_objective_front_gets_fewer_hypervolume_steps(http):
+def test_a_long_three_objective_front_gets_fewer_hypervolume_steps(http, monkeypatch):
+    # A hundredth of the budget, so that a short study shows the thinning.
+    monkeypatch.setattr(pareto, "HYPERVOLUME_WORK_3", 100_000)
     body = _pareto(http, _three_objective_front(http, 100))
     assert body["counts"]["non_dominated"] == 100
     steps = body["hypervolume"]
@@ -133,6 +136,14 @@ def test_a_long_three_objective_front_gets_fewer_hypervolume_steps(http):
     assert all(v < w for (_, v), (_, w) in pairwise(steps))
 
 
-def test_a_three_objective_front_too_long_to_compute_gets_no_hypervolume(http):
-    body = _pareto(http, _three_objective_front(http, 330))
+def test_a_three_objective_front_too_long_to_compute_gets_no_hypervolume(http, monkeypatch):
+    sid = _three_objective_front(http, 330)
+    # 330 points are well within the budget of the three-objective sweep (thousands).
+    steps = _pareto(http, sid)["hypervolume"]
+    assert steps[-1] == [
+        329,
+        pytest.approx(http.get(f"/v1/studies/{sid}/best").json()["hypervolume"]),
+    ]
+    monkeypatch.setattr(pareto, "HYPERVOLUME_WORK_3", 100_000)
+    body = _pareto(http, sid)
     assert body["counts"]["non_dominated"] == 330 and body["hypervolume"] == []

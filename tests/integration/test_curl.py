@@ -175,6 +175,7 @@ def test_a_whole_study_with_curl(server: Server, tmp_path: Path) -> None:
         "params.kind",
         "values.loss",
         "reason",
+        "note",
     ]
     assert [int(r[0]) for r in rows[1:]] == [0, 1, 2, 3, 4, 5]
     assert {int(r[0]): float(r[5]) for r in rows[1:]} == told

@@ -6,6 +6,7 @@
 import { getJson } from "./api.js";
 import { filterQuery } from "./filters.js";
 import { number } from "./format.js";
+import { drawEmd } from "./emd.js";
 
 const KINDS = {
   non_dominated: { name: "non-dominated", color: "#d9480f", size: 9, opacity: 1, symbol: "circle" },
@@ -136,6 +137,7 @@ export async function showPareto(studyId, study) {
   hypervolume.hidden = !pareto.hypervolume.length;
   await drawFront(front, pareto);
   if (pareto.hypervolume.length) await drawHypervolume(hypervolume, pareto);
+  await drawEmd(document.getElementById("emd"), pareto);
   front.dataset.nonDominated = pareto.counts.non_dominated;
   document.getElementById("pareto-note").textContent = note(pareto);
 }

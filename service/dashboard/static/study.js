@@ -1,6 +1,6 @@
 // The study page: facts, history chart and trial table, redrawn whenever the study changes
 // (subscribe() in api.js).
-import { getJson, subscribe } from "./api.js";
+import { getJson, sendJson, subscribe } from "./api.js";
 import { drawHistory } from "./history.js";
 import { showPareto } from "./pareto.js";
 import { showEngine } from "./engine-panel.js";
@@ -17,7 +17,7 @@ import { axisToggle } from "./history-axis.js";
 import { budget } from "./budget.js";
 import { NotesBox } from "./notes.js";
 import { IntermediateValues } from "./intermediate.js";
-import { sendJson } from "./api.js";
+import { ParameterCharts } from "./slice-contour.js";
 
 const studyId = Number(window.location.pathname.split("/").pop());
 const table = new TrialsTable(
@@ -43,6 +43,7 @@ const curves = new IntermediateValues(
   document.getElementById("curves-note"),
   document.getElementById("curves-control"),
 );
+const parameterCharts = new ParameterCharts(studyId);
 document.getElementById("download-csv").addEventListener("click", () =>
   downloadCsv(table.study, table.sort, table.order).catch(showError),
 );
@@ -105,14 +106,18 @@ subscribe(
   async (study) => {
     showFacts(study);
     controls.show(study);
-    await Promise.all([showHistory(), table.show(study), running.show(study)]);
-    await showPareto(studyId, study);
     tableFilters.show(study);
-    await parcoords.show(study);
     notes.show(study.notes);
-    await curves.show();
-    await showEngine(studyId);
-    await showPopulation(studyId, study);
+    // The history first (the page's first meaningful paint), then the other views together.
+    await Promise.all([showHistory(), table.show(study), running.show(study)]);
+    await Promise.all([
+      showPareto(studyId, study),
+      parcoords.show(study),
+      curves.show(),
+      showEngine(studyId),
+      showPopulation(studyId, study),
+      parameterCharts.show(study),
+    ]);
     // Tells tests (and anyone curious) which revision the page shows.
     document.body.dataset.revision = study.revision;
     clearError();
