@@ -15,12 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from client import Client, Study
 from client.errors import Conflict
 from client.models import TrialPublic
-from tests.conftest import FLOAT_X, FLOAT_Y
+from tests.api.test_errors import nested_metadata
+from tests.conftest import FLOAT_X, FLOAT_Y, study_body
 from tests.integration.conftest import Server, run_cli
 
 pytestmark = pytest.mark.integration
@@ -410,3 +412,20 @@ def test_concurrent_tells_of_one_sampler_iteration_apply_one_step(server: Server
             assert codes == {"stale_iteration"}
         info = sampler.refresh()
         assert info.iteration == 3 and len(info.grad_norm_history) == 3
+
+
+@pytest.mark.parametrize("depth", [1000, 10_000])
+def test_json_nested_deeper_than_the_parser_goes_is_malformed_and_stores_nothing(
+    server: Server, depth: int
+) -> None:
+    with httpx.Client(base_url=server.url) as http:
+        sid = http.post("/v1/studies", json=study_body("deep")).json()["id"]
+        r = http.patch(
+            f"/v1/studies/{sid}",
+            content=nested_metadata(depth),
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["code"] == "malformed_json" and "too deep" in r.json()["detail"]
+        assert http.get(f"/v1/studies/{sid}").json()["metadata"] == {}
+        assert http.get("/healthz").status_code == 200
