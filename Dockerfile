@@ -21,13 +21,19 @@ COPY client ./client
 COPY engines ./engines
 COPY service ./service
 COPY migrations ./migrations
-RUN pip install ".[server]" && rm -rf /src
+# EXTRAS=server,ray (docker-compose.yml) adds Ray, for tuning jobs on a Ray cluster.
+ARG EXTRAS=server
+RUN pip install ".[${EXTRAS}]" && rm -rf /src
 
-# An unprivileged user; /data holds the default SQLite file.
-RUN useradd --create-home --uid 10001 asktell && mkdir /data && chown asktell /data
+# An unprivileged user; /data holds the default SQLite file, /artifacts the artifact store when
+# ASKTELL_ARTIFACTS_DIR points there (docker-compose.yml: a volume the replicas share).
+RUN useradd --create-home --uid 10001 asktell && mkdir /data /artifacts \
+    && chown asktell /data /artifacts
 USER asktell
 WORKDIR /data
 ENV ASKTELL_DATABASE_URL=sqlite:////data/asktell.db
+# The SQLite file and the artifact store beside it.
+VOLUME ["/data"]
 
 EXPOSE 8000
 CMD ["asktell", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY) -m pip install $(PIP_FLAGS) torch==2.13.0
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[server,dev]'
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[server,dev,ray]'
 	touch $(STAMP)
 
 $(CHROMIUM):
@@ -34,8 +34,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# Two test processes (most integration tests wait on servers and browsers), then, serially, the
+# tests that start job workers or Ray tasks or look for them in /proc, and the freeze test, which
+# times the server (marker serial).
 test: lint $(CHROMIUM)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not job_processes and not serial"
+	$(PY) -m pytest -m "job_processes or serial"
 
 bench: $(STAMP)
 	$(PY) -m bench.service_throughput

@@ -36,6 +36,7 @@ def uvicorn_server(tmp: Path, db_url: str) -> Iterator[str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASKTELL_")}
     env.update(PYTHONUNBUFFERED="1", ASKTELL_DATABASE_URL=db_url)
+    env.update(ASKTELL_HOST="127.0.0.1")  # what `asktell serve` tells the app: auth off
     argv = [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--log-level", "warning"]
     log_path = tmp / f"server-{port}.log"

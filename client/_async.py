@@ -16,10 +16,19 @@ from typing import Any, TypeVar
 import httpx
 
 from client._base import Call, raise_for_problem, retry_delay
-from client._events import EventStream, ServerEvent
-from client._methods import Awaiting, ClientMethods, SamplerMethods, StudyMethods
+from client._events import E, EventStream, ServerEvent, SSEStream
+from client._jobs import (
+    JobEventStream,
+    JobMethods,
+    JobOpening,
+    JobServerEvent,
+    get_job,
+    list_jobs,
+    submit_job,
+)
+from client._methods import Awaiting, ClientMethods, Listing, SamplerMethods, StudyMethods
 from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
-from client.models import SamplerPublic, StudyPublic
+from client.models import JobPublic, SamplerPublic, StudyPublic
 
 T = TypeVar("T")
 
@@ -102,7 +111,7 @@ class AsyncClient(ClientMethods[httpx.AsyncClient, httpx.AsyncBaseTransport], Aw
             for item in page.data:
                 yield item
 
-    async def _stream(self, stream: EventStream) -> AsyncIterator[ServerEvent]:
+    async def _stream(self, stream: SSEStream[E]) -> AsyncIterator[E]:
         """One connection of ``stream``: its events until the server or the network ends it."""
         response = await self._http.send(self._prepare(stream.call()), stream=True)
         try:
@@ -161,3 +170,29 @@ class AsyncClient(ClientMethods[httpx.AsyncClient, httpx.AsyncBaseTransport], Aw
             error = None if task.cancelled() else task.exception()
             if error is not None:
                 raise error
+
+    submit_job = JobOpening(submit_job)
+    job = JobOpening(get_job)
+    jobs = Listing(list_jobs)
+
+    async def _open_job(self, op: Op[JobPublic]) -> AsyncJob:
+        return AsyncJob(self, await self._run(op))
+
+
+class AsyncJob(JobMethods, Awaiting):
+    """As ``client.Job``, with coroutines."""
+
+    client: AsyncClient
+
+    async def events(self, last_event_id: str | None = None) -> AsyncIterator[JobServerEvent]:
+        """As ``Job.events``: ``async for event in job.events()``."""
+        stream = JobEventStream(self.id, last_event_id, self.client.retries)
+        while not stream.ended:
+            try:
+                async for event in self.client._stream(stream):
+                    yield event
+                error = None
+            except httpx.TransportError as exc:
+                error = exc
+            if not stream.ended:
+                await asyncio.sleep(stream.lost(error))

@@ -40,6 +40,8 @@ class Call(Generic[T_co]):
     json: Any = None
     params: Mapping[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: A raw body (instead of ``json``), its Content-Type in ``headers``.
+    content: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.method == "POST":

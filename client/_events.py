@@ -8,7 +8,9 @@ the id of the last event received, so the server resumes after it: nothing is lo
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import httpx
 
@@ -27,15 +29,19 @@ class ServerEvent:
     data: StudyEvent
 
 
-class EventStream:
-    """The state of one ``events()`` iteration across its connections.
+E = TypeVar("E")
+
+
+class SSEStream(ABC, Generic[E]):
+    """The state of one ``events()`` iteration across its connections, for the stream at
+    ``path`` whose events a subclass decodes (``_event``).
 
     ``retries`` connections in a row may fail (or end) before the error is raised; each event
     received starts the count again.
     """
 
-    def __init__(self, study_id: int, last_event_id: str | None, retries: int) -> None:
-        self.path = f"/v1/studies/{study_id}/events"
+    def __init__(self, path: str, last_event_id: str | None, retries: int) -> None:
+        self.path = path
         self.last_event_id = last_event_id
         self.retries = retries
         self._failures = 0
@@ -51,7 +57,7 @@ class EventStream:
         self._kind, self._data, self._id = "", [], None  # a cut event is dropped
         return Call("GET", self.path, no_content, headers=headers)
 
-    def feed(self, line: str) -> ServerEvent | None:
+    def feed(self, line: str) -> E | None:
         """Take one line of the stream; the event it completes (an empty line), if any.
 
         Lines starting with ``:`` are comments (the server's keep-alive pings); fields other
@@ -70,7 +76,7 @@ class EventStream:
             self._id = value
         return None
 
-    def _dispatch(self) -> ServerEvent | None:
+    def _dispatch(self) -> E | None:
         kind, data, event_id = self._kind, self._data, self._id
         self._kind, self._data, self._id = "", [], None
         if not data:
@@ -78,8 +84,11 @@ class EventStream:
         if event_id is not None:
             self.last_event_id = event_id
         self._failures = 0
-        data_json = "\n".join(data)
-        return ServerEvent(kind or "message", event_id, StudyEvent.model_validate_json(data_json))
+        return self._event(kind or "message", event_id, "\n".join(data))
+
+    @abstractmethod
+    def _event(self, kind: str, event_id: str | None, data_json: str) -> E:
+        """The event decoded from one dispatched block of the stream."""
 
     def lost(self, error: httpx.TransportError | None) -> float:
         """Seconds to wait before connecting again after the connection failed with ``error``
@@ -93,3 +102,13 @@ class EventStream:
             cause = "the server ended the stream" if error is None else repr(error)
             raise TransportError(f"GET {self.path}: {cause}") from error
         return _backoff(self._failures - 1)
+
+
+class EventStream(SSEStream[ServerEvent]):
+    """A study's stream (``GET /v1/studies/{id}/events``)."""
+
+    def __init__(self, study_id: int, last_event_id: str | None, retries: int) -> None:
+        super().__init__(f"/v1/studies/{study_id}/events", last_event_id, retries)
+
+    def _event(self, kind: str, event_id: str | None, data_json: str) -> ServerEvent:
+        return ServerEvent(kind, event_id, StudyEvent.model_validate_json(data_json))

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from inspect import Signature
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import httpx
 
+from client import _artifact_operations as artifact_ops
+from client import _dataset_operations as dataset_ops
 from client import _loops
 from client import _operations as ops
 from client import _sampler_operations as sampler_ops
@@ -141,7 +144,8 @@ TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTr
 
 class ClientMethods(Generic[HttpT, TransportT]):
     """A connection to an asktell server, ``_http`` (an ``_http_class``), with the methods that
-    create or fetch studies and samplers. ``transport`` replaces httpx's (tests use the app's)."""
+    create or fetch studies and samplers. ``api_key`` (default ``$ASKTELL_API_KEY``) is sent as
+    ``Authorization: Bearer``; ``transport`` replaces httpx's (tests use the app's)."""
 
     _http_class: type[HttpT]
 
@@ -154,6 +158,8 @@ class ClientMethods(Generic[HttpT, TransportT]):
         retries: int = DEFAULT_RETRIES,
         transport: TransportT | None = None,
     ) -> None:
+        # A key given here wins; else the environment's (the CLI and job workers use it).
+        api_key = os.environ.get("ASKTELL_API_KEY") if api_key is None else api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         options: dict[str, Any] = {"timeout": timeout, "headers": headers, "transport": transport}
         self._http = self._http_class(base_url=base_url, **options)
@@ -165,7 +171,12 @@ class ClientMethods(Generic[HttpT, TransportT]):
         if self._closed:
             raise ClientClosed(f"this {type(self).__name__} is closed; create a new one")
         return self._http.build_request(
-            call.method, call.path, json=call.json, params=call.params, headers=call.headers
+            call.method,
+            call.path,
+            json=call.json,
+            params=call.params,
+            headers=call.headers,
+            content=call.content,
         )
 
     create_study = Opening(ops.create_study)
@@ -176,6 +187,14 @@ class ClientMethods(Generic[HttpT, TransportT]):
     import_study = Opening(ops.import_study)
     create_sampler = Opening(sampler_ops.create_sampler)
     get_sampler = Opening(sampler_ops.get_sampler)
+    put_artifact = Method(artifact_ops.put_artifact)
+    get_artifact = Method(artifact_ops.get_artifact)
+    delete_artifact = Method(artifact_ops.delete_artifact)
+    upload_dataset = Method(dataset_ops.upload_dataset)
+    datasets = Method(dataset_ops.datasets)
+    dataset = Method(dataset_ops.dataset)
+    dataset_csv = Method(dataset_ops.dataset_csv)
+    delete_dataset = Method(dataset_ops.delete_dataset)
 
 
 InfoT = TypeVar("InfoT", StudyPublic, SamplerPublic)
@@ -211,6 +230,7 @@ class StudyMethods(_Handle[StudyPublic]):
     ask_units = Method(ops.ask_units)
     tell = Method(ops.tell)
     fail = Method(ops.fail)
+    tell_and_ask = Method(ops.tell_and_ask)
     report = Method(ops.report)
     heartbeat = Method(ops.heartbeat)
     enqueue = Method(ops.enqueue)

@@ -40,6 +40,7 @@ from client.models import (
     StudyState,
     StudyUpdate,
     TellRequest,
+    TellResponse,
     TrialCreate,
     TrialNote,
     TrialPublic,
@@ -261,6 +262,37 @@ def tell(
     return (yield _tell_call(study.id, number, req))
 
 
+def tell_and_ask(
+    study: StudyHandle,
+    number: int,
+    values: Mapping[str, float] | float | None = None,
+    constraints: Mapping[str, float] | None = None,
+    metadata: dict[str, Any] | None = None,
+    checkpoint: str | None = None,
+    *,
+    count: int = 1,
+    worker_id: str | None = None,
+    lease_seconds: float | None = None,
+) -> Op[TellResponse]:
+    """Tell a trial's results and ask for the next ``count`` trials in the same request: the
+    told trial, with ``next`` holding the new trials, or, when none could be handed out, why
+    (``next.problem``, ``next.retry_after``, ``next.finished``); the tell stands either way."""
+    if values is not None and not isinstance(values, Mapping):
+        values = {study.info.objectives[0].name: float(values)}
+    req = TellRequest(
+        values=dict(values or {}),
+        constraints=dict(constraints or {}),
+        metadata=metadata,
+        checkpoint=checkpoint,
+        ask=AskRequest(count=count, worker_id=worker_id, lease_seconds=lease_seconds),
+    )
+    path = f"/v1/studies/{study.id}/trials/{number}/tell"
+    return (yield Call("POST", path, _told, json=body(req)))
+
+
+_told = decoder(TellResponse)
+
+
 def fail(
     study: StudyHandle, number: int, reason: str | None = None, infeasible: bool = False
 ) -> Op[TrialPublic]:
@@ -430,17 +462,18 @@ def update(
     metadata: dict[str, Any] | None = None,
     max_trials: int | EllipsisType | None = ...,
     notes: str | None = None,
+    max_staleness: int | EllipsisType | None = ...,
 ) -> Op[StudyPublic]:
     """Change the state, merge ``metadata`` (a key set to ``None`` is removed), set the
-    trial budget ``max_trials`` (``None`` removes it; left out, it stays) and replace the
-    ``notes`` (``""`` removes them)."""
+    trial budget ``max_trials`` and the suggestion pool's ``max_staleness`` (``None`` removes
+    them; left out, they stay) and replace the ``notes`` (``""`` removes them)."""
     fields: dict[str, Any] = {
         k: v
         for k, v in {"state": state, "metadata": metadata, "notes": notes}.items()
         if v is not None
     }
-    if max_trials is not ...:
-        fields["max_trials"] = max_trials
+    settings = {"max_trials": max_trials, "max_staleness": max_staleness}
+    fields.update({k: v for k, v in settings.items() if v is not ...})
     change = StudyUpdate.model_validate(fields)
     path = f"/v1/studies/{study.id}"
     study.info = yield Call("PATCH", path, _study, json=body(change))

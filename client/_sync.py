@@ -16,10 +16,19 @@ from typing import Any, TypeVar
 import httpx
 
 from client._base import Call, raise_for_problem, retry_delay
-from client._events import EventStream, ServerEvent
-from client._methods import Blocking, ClientMethods, SamplerMethods, StudyMethods
+from client._events import E, EventStream, ServerEvent, SSEStream
+from client._jobs import (
+    JobEventStream,
+    JobMethods,
+    JobOpening,
+    JobServerEvent,
+    get_job,
+    list_jobs,
+    submit_job,
+)
+from client._methods import Blocking, ClientMethods, Listing, SamplerMethods, StudyMethods
 from client._operations import Done, Evaluate, Lease, Op, Pages, Sleep, Step, advance
-from client.models import SamplerPublic, StudyPublic
+from client.models import JobPublic, SamplerPublic, StudyPublic
 
 T = TypeVar("T")
 
@@ -118,7 +127,7 @@ class Client(ClientMethods[httpx.Client, httpx.BaseTransport], Blocking):
                 return
             cursor = page.next_cursor
 
-    def _stream(self, stream: EventStream) -> Iterator[ServerEvent]:
+    def _stream(self, stream: SSEStream[E]) -> Iterator[E]:
         """One connection of ``stream``: its events until the server or the network ends it."""
         response = self._http.send(self._prepare(stream.call()), stream=True)
         try:
@@ -162,6 +171,40 @@ class Client(ClientMethods[httpx.Client, httpx.BaseTransport], Blocking):
             thread.join()
         if errors:
             raise errors[0]
+
+    submit_job = JobOpening(submit_job)
+    job = JobOpening(get_job)
+    jobs = Listing(list_jobs)
+
+    def _open_job(self, op: Op[JobPublic]) -> Job:
+        return Job(self, self._run(op))
+
+
+class Job(JobMethods, Blocking):
+    """A tuning job on the server; ``info`` is its state when last fetched (``refresh()``).
+
+    Example::
+
+        job = client.submit_job(name="digits", dataset="digits", optimizer="olion",
+                                budget={"steps": 2000, "population": 8})
+        job.wait()  # a progress bar on stderr
+        print(job.info.result.test_score, job.predict([{"x0": 0.0, ...}]))
+    """
+
+    client: Client
+
+    def events(self, last_event_id: str | None = None) -> Iterator[JobServerEvent]:
+        """The job's events (``job_state``, ``unit_told``) until it ends; a lost connection
+        is opened again where it stopped."""
+        stream = JobEventStream(self.id, last_event_id, self.client.retries)
+        while not stream.ended:
+            try:
+                yield from self.client._stream(stream)
+                error = None
+            except httpx.TransportError as exc:
+                error = exc
+            if not stream.ended:
+                time.sleep(stream.lost(error))
 
 
 class _Heartbeat:

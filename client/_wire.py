@@ -23,6 +23,9 @@ ParameterName = Annotated[str, Field(max_length=256)]
 #: Bounded like the database columns that store them (PostgreSQL integer and bigint).
 Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
+#: A study's settings (``StudyCreate``): its trial budget, its engine's seconds per ask.
+MaxTrials = Annotated[int, Field(ge=1, lt=2**31)]
+AskTimeBudget = Annotated[float, Field(gt=0, le=86400)]
 #: A study's notes or a trial's note: free text, bounded so that a page of trials stays small.
 Note = Annotated[str, Field(max_length=10_000)]
 #: A time in a request body: ISO 8601 text (request models are otherwise strict, so that

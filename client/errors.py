@@ -3,7 +3,8 @@
 AsktellError
 ├── TransportError        the server could not be reached or did not answer (httpx errors)
 └── ApiError              the server answered with a problem+json error
-    ├── InvalidRequest    400, 405, 413, 422: the request is wrong; ``detail`` says what to fix
+    ├── InvalidRequest    400, 405, 408, 413, 431, 422: the request is wrong; ``detail`` says what
+    │                     to fix
     ├── NotFound          404
     ├── Conflict          409 (a finished trial, a study name taken, a reused key)
     └── Unavailable       429, 503: retried by the client, raised when retries run out
@@ -37,7 +38,7 @@ class ApiError(AsktellError):
 
 
 class InvalidRequest(ApiError):
-    """400, 405, 413, 422: the request is wrong; ``detail`` says what to fix."""
+    """400, 405, 408, 413, 415, 422, 431: the request is wrong; ``detail`` says what to fix."""
 
 
 class NotFound(ApiError):
@@ -71,8 +72,25 @@ class MethodNotAllowed(InvalidRequest):
     """405: the path exists but not with this HTTP method."""
 
 
+class RequestTimeout(InvalidRequest):
+    """408: the request's headers or body came too slowly; the server stopped waiting."""
+
+
+class HeadersTooLarge(InvalidRequest):
+    """431: the request's headers are over the server's size or count limit."""
+
+
 class BodyTooLarge(InvalidRequest):
     """413: the request body is over the server's size limit."""
+
+
+class DatasetTooLarge(InvalidRequest):
+    """413: the uploaded dataset has more bytes or rows than the server's limits."""
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """415: the body's Content-Type is not one the route reads (a dataset: text/csv or
+    multipart/form-data)."""
 
 
 # --- 404 ----------------------------------------------------------------------------------
@@ -84,6 +102,18 @@ class TrialNotFound(NotFound):
 
 class NoCompletedUnit(NotFound):
     """404: a scheduler study has no completed unit yet, so no best schedule."""
+
+
+class DatasetNotFound(NotFound):
+    """404: no uploaded dataset of that id or name (nor a bundled one of that name)."""
+
+
+class JobNotFound(NotFound):
+    """404: no job of that id."""
+
+
+class ArtifactNotFound(NotFound):
+    """404: no artifact under that key."""
 
 
 # --- 409 ----------------------------------------------------------------------------------
@@ -129,6 +159,26 @@ class MaxTrialsReached(Conflict):
     """409: ask on a study whose running and finished trials reached its ``max_trials``."""
 
 
+class DatasetExists(Conflict):
+    """409: a dataset has that name already (the bundled datasets' names are taken)."""
+
+
+class DatasetInUse(Conflict):
+    """409: a queued or running job trains on the dataset; cancel it or wait."""
+
+
+class JobExists(Conflict):
+    """409: a job has that name already."""
+
+
+class JobFinished(Conflict):
+    """409: the job has ended (succeeded, failed or cancelled); it cannot be cancelled."""
+
+
+class JobNotSucceeded(Conflict):
+    """409: the job has no model (yet): it is queued, running, failed or cancelled."""
+
+
 # --- 422 ----------------------------------------------------------------------------------
 
 
@@ -146,6 +196,11 @@ class InvalidEngine(InvalidRequest):
 
 class EngineUnsupported(InvalidRequest):
     """422: the engine cannot handle this study (its parameters, objectives or constraints)."""
+
+
+class EngineWorkTooLarge(InvalidRequest):
+    """422: the study has more parameters, or the ask a larger ``count``, than the engine's caps
+    allow; ``detail`` says what to lower."""
 
 
 class InvalidStudy(InvalidRequest):
@@ -210,6 +265,77 @@ class NonFiniteLogProb(InvalidRequest):
 
 class StepNotFinite(InvalidRequest):
     """422: the sampler's step overflowed; lower ``eta`` or rescale the scores."""
+
+
+class DatasetEmpty(InvalidRequest):
+    """422: the CSV has no header or no data row."""
+
+
+class DatasetUnreadable(InvalidRequest):
+    """422: the body is not UTF-8 CSV text, or the multipart form has no file."""
+
+
+class DatasetRagged(InvalidRequest):
+    """422: a row has another number of cells than the header; ``detail`` names the line."""
+
+
+class DatasetNoTarget(InvalidRequest):
+    """422: the CSV has no column of the target's name."""
+
+
+class DatasetTargetNotNumeric(InvalidRequest):
+    """422: a regression target with a value that is not a number."""
+
+
+class DatasetSingleClass(InvalidRequest):
+    """422: a classification target with a single class."""
+
+
+class InvalidArtifactKey(InvalidRequest):
+    """422: an artifact key with an empty, ``.``/``..`` or non-[A-Za-z0-9._-] segment."""
+
+
+class UnknownWorkload(InvalidRequest):
+    """422: no built-in workload and no ``asktell.workloads`` entry point of that name."""
+
+
+class UnknownOptimizer(InvalidRequest):
+    """422: a name that is not in ``engines.optim.registry``."""
+
+
+class InvalidJob(InvalidRequest):
+    """422: the job cannot run as asked (budget, engine, options); ``detail`` says why."""
+
+
+class InvalidPredictRows(InvalidRequest):
+    """422: feature rows that do not fit the job's dataset (columns, types)."""
+
+
+class ExecutorUnavailable(InvalidRequest):
+    """422: the job's executor (``ray``) is not installed on the server; ``detail`` names the
+    extra to install."""
+
+
+class StudyBusy(Unavailable):
+    """503: as many asks as the server queues per study are already waiting on this study;
+    retried by the client after ``Retry-After``."""
+
+
+class RateLimited(Unavailable):
+    """429: this API key (or client address) sent more requests per second than the server
+    allows; retried by the client after ``Retry-After``."""
+
+
+# --- 401, 403 -----------------------------------------------------------------------------
+
+
+class Unauthorized(InvalidRequest):
+    """401: no API key, or one the server does not know or has revoked (``ASKTELL_API_KEY``)."""
+
+
+class InsufficientScope(InvalidRequest):
+    """403: the key's scope does not allow the request (a read key that writes, a key that is
+    not admin managing keys)."""
 
 
 # --- 500 ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from client._wire import FINISHED_STATES as FINISHED_STATES
+from client._wire import AskTimeBudget, MaxTrials, _Request, _Results
 from client._wire import CategoryValue as CategoryValue
 from client._wire import Int32 as Int32
 from client._wire import Int64 as Int64
@@ -27,7 +28,10 @@ from client._wire import ParamValue as ParamValue
 from client._wire import StudyState as StudyState
 from client._wire import Timestamp as Timestamp
 from client._wire import TrialState as TrialState
-from client._wire import _Request, _Results
+from client.dataset_models import ColumnKind as ColumnKind
+from client.dataset_models import DatasetColumn as DatasetColumn
+from client.dataset_models import DatasetPublic as DatasetPublic
+from client.dataset_models import DatasetTask as DatasetTask
 from client.engine_models import EngineChart as EngineChart
 from client.engine_models import EngineFact as EngineFact
 from client.engine_models import EngineParticles as EngineParticles
@@ -36,6 +40,26 @@ from client.engine_models import FactValue as FactValue
 from client.engine_models import StudyEngine as StudyEngine
 from client.importance_models import ParameterImportance as ParameterImportance
 from client.importance_models import StudyImportance as StudyImportance
+from client.job_models import JOB_ENDED as JOB_ENDED
+from client.job_models import JOB_ENGINES as JOB_ENGINES
+from client.job_models import JOB_SCHEDULERS as JOB_SCHEDULERS
+from client.job_models import JobBudget as JobBudget
+from client.job_models import JobCreate as JobCreate
+from client.job_models import JobEngine as JobEngine
+from client.job_models import JobEvent as JobEvent
+from client.job_models import JobPublic as JobPublic
+from client.job_models import JobResult as JobResult
+from client.job_models import JobSegment as JobSegment
+from client.job_models import JobsPage as JobsPage
+from client.job_models import JobState as JobState
+from client.job_models import PredictRequest as PredictRequest
+from client.job_models import PredictResponse as PredictResponse
+from client.job_models import WorkerResources as WorkerResources
+from client.job_models import WorkloadSpec as WorkloadSpec
+from client.key_models import ApiKeyCreate as ApiKeyCreate
+from client.key_models import ApiKeyCreated as ApiKeyCreated
+from client.key_models import ApiKeyPublic as ApiKeyPublic
+from client.key_models import KeyScope as KeyScope
 from client.notes_models import StudyCurves as StudyCurves
 from client.notes_models import TrialNote as TrialNote
 from client.pareto_models import ParetoKind as ParetoKind
@@ -147,22 +171,25 @@ class StudyConfig(_Request):
     seed: int | None = Field(default=None, ge=0, lt=2**63)
 
 
-MaxTrials = Annotated[int, Field(ge=1, lt=2**31)]
-
-
 class StudyCreate(StudyConfig):
     name: Name
     metadata: JsonDict = Field(default_factory=dict)
     #: Trial budget: asks get 409 ``max_trials_reached`` once this many trials are running or
     #: finished. A setting (``StudyUpdate`` changes it) that get-or-create does not compare.
     max_trials: MaxTrials | None = None
+    #: Seconds an ask's engine call may take (at most the server's), else Sobol points. A setting.
+    ask_time_budget: AskTimeBudget | None = None
+    #: Finished trials after which pooled points are stale (default a batch; 0: no pool). A setting.
+    max_staleness: Int32 | None = None
 
 
 class StudyUpdate(_Request):
     state: StudyState | None = None
     metadata: JsonDict | None = None
-    #: A new trial budget; ``null`` removes it, leaving the field out keeps it.
+    #: New settings: ``null`` removes the budget or restores the default, left out they stay.
     max_trials: MaxTrials | None = None
+    ask_time_budget: AskTimeBudget | None = None
+    max_staleness: Int32 | None = None
     notes: Note | None = Field(default=None, description="Replaces the notes; empty removes.")
 
 
@@ -257,8 +284,9 @@ class StudyPublic(StudyConfig):
     engine_state_version: int
     trial_counts: dict[str, int]
     best_values: dict[str, float] | None = None
-    #: The trial budget (``StudyCreate.max_trials``), ``None`` without one.
     max_trials: int | None = None
+    ask_time_budget: float | None = None
+    max_staleness: int | None = None
     created_at: datetime
     updated_at: datetime
     notes: str | None = None
@@ -300,6 +328,26 @@ class TellRequest(_Results):
     #: of ``values`` at the unit's ``to_step`` (or after the last reported step). A scheduler's
     #: trial is completed only with a checkpoint, given here or by an earlier report.
     checkpoint: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    #: Tell-and-ask: after the tell commits, ask for the next trials as ``POST .../ask`` would
+    #: with this body; the answer carries them in ``next``. A tell without it answers as before.
+    ask: AskRequest | None = None
+
+
+class NextTrials(AskResponse):
+    """The ask part of a tell-and-ask: the trials handed out after the tell committed. When the
+    ask part could not serve (study paused or completed, ``max_trials`` reached, engine busy or
+    failing), ``trials`` is empty and ``problem`` is the problem+json the ask endpoint would
+    have answered with (``retry_after`` set from it when the same ask may succeed later); the
+    tell stands either way."""
+
+    problem: ProblemDetail | None = None
+
+
+class TellResponse(TrialPublic):
+    """The told trial; with ``next`` when the tell carried ``ask`` (absent otherwise, so a tell
+    without ``ask`` answers a plain ``TrialPublic``)."""
+
+    next: NextTrials | None = None
 
 
 class ReportRequest(_Results):

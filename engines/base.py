@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
+from engines.limits import WorkLimits
 from engines.space import SearchSpace
 
 JSON = dict[str, Any]
@@ -195,6 +196,8 @@ class Engine(Protocol):
     max_objectives: ClassVar[int | None]
     #: Whether the engine is a scheduler of training units (see the module docstring).
     schedules_units: ClassVar[bool]
+    #: The caps on one ask (``engines.limits``): checked at creation and before every ask.
+    limits: ClassVar[WorkLimits]
 
     def suggest(
         self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator

@@ -4,6 +4,7 @@ EngineError
 ├── SpaceError          a search space or a parameter value is invalid (service: 422)
 ├── EngineOptionsError  unknown engine name or bad options (service: 422)
 ├── EngineUnsupported   the engine cannot handle this problem (service: 422)
+├── EngineWorkTooLarge  a study or an ask over the engine's work caps (service: 422)
 └── EngineRetryable     a transient numerical failure (service: 503 with Retry-After)
 """
 
@@ -22,6 +23,11 @@ class EngineOptionsError(EngineError, ValueError):
 
 class EngineUnsupported(EngineError):
     """The engine cannot handle this problem (for example, a single-objective-only engine)."""
+
+
+class EngineWorkTooLarge(EngineError):
+    """The study's dimension or the ask's ``count`` is over the engine's caps
+    (``engines.limits``); the message says what to lower."""
 
 
 class EngineRetryable(EngineError):

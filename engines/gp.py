@@ -76,6 +76,7 @@ from numpy.random import Generator
 
 from engines import bo
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
+from engines.limits import WorkLimits
 from engines.options import check_option_ranges
 from engines.quasirandom import SobolStream
 from engines.space import SearchSpace
@@ -97,6 +98,9 @@ class GPEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "gp"
+    limits: ClassVar[WorkLimits] = WorkLimits(
+        max_dimension=50, max_count=10, max_points=250, observations=300
+    )
 
     n_initial: int | None = None
     num_restarts: int = 8
@@ -106,13 +110,13 @@ class GPEngine(ModelBasedEngine):
     def __post_init__(self) -> None:
         if self.n_initial is not None and not 1 <= self.n_initial <= 10_000:
             raise ValueError(f"n_initial must be between 1 and 10000 or null, got {self.n_initial}")
-        check_option_ranges([("num_restarts", self.num_restarts, 1, 256, False)])
-        if not self.num_restarts <= self.raw_samples <= 65_536:
+        check_option_ranges([("num_restarts", self.num_restarts, 1, 16, False)])
+        if not self.num_restarts <= self.raw_samples <= 1024:
             raise ValueError(
-                f"raw_samples must be between num_restarts ({self.num_restarts}) and 65536, "
+                f"raw_samples must be between num_restarts ({self.num_restarts}) and 1024, "
                 f"got {self.raw_samples}"
             )
-        check_option_ranges([("max_discrete_levels", self.max_discrete_levels, 2, 10_000, False)])
+        check_option_ranges([("max_discrete_levels", self.max_discrete_levels, 2, 1000, False)])
 
     def suggest(
         self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator

@@ -20,9 +20,12 @@ References:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from sklearn.ensemble import RandomForestRegressor
-from sklearn.tree import BaseDecisionTree
+
+if TYPE_CHECKING:
+    from sklearn.tree import BaseDecisionTree
 
 #: The forest Optuna's fANOVA evaluator fits (``n_trees=64, max_depth=64``).
 N_TREES = 64
@@ -44,6 +47,9 @@ def fanova_importances(X: np.ndarray, y: np.ndarray, seed: int = 0) -> np.ndarra
     d = X.shape[1]
     if d == 0 or np.ptp(y) == 0:
         return np.zeros(d)
+    # Imported here: scikit-learn takes most of a server worker's start-up time otherwise.
+    from sklearn.ensemble import RandomForestRegressor
+
     forest = RandomForestRegressor(
         n_estimators=N_TREES, max_depth=MAX_DEPTH, random_state=seed, n_jobs=1
     ).fit(X, y)

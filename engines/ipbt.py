@@ -24,7 +24,11 @@ until its progress stagnates, then restarts with the step doubled:
 Over the ask/tell API (engines/base.py, schedulers): units as in ``pbt``, always synchronous.
 The state keeps the plan, the population's slots, the iteration, ``t_step``, the budget spent,
 the stagnation and trust-region counters and the iterations' initial members; the GPs are
-refit from the units on each generation.
+refit from the units on each generation. A generation's random draws come from a generator
+seeded by the state's seed (drawn at the first ask) and the generation's number, not from the
+ask's generator: the asks that find a generation still training vary with timing, and a seeded
+study must plan the same generations whatever they were. Each generation's fits start from the
+previous generation's hyperparameters (engines/time_varying_gp.py says why and what it costs).
 
 Our simplifications (the authors' code differs): the LCB is minimized over 1,024 random points
 of the trust region, not by Adam; categorical and integer hyperparameters enter the GP through
@@ -48,11 +52,13 @@ from typing import ClassVar
 import numpy as np
 
 from engines.base import JSON, History, Problem, Proposal, Unit, UnitScheduler
+from engines.limits import WorkLimits
 from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream
 from engines.time_varying_gp import (
     copula,
     fit_time_varying_gp,
+    hyperparameters,
     lcb_in_trust_region,
     smoothed_improvement,
 )
@@ -87,6 +93,7 @@ class IPBTEngine(UnitScheduler):
     is required."""
 
     name: ClassVar[str] = "ipbt"
+    limits: ClassVar[WorkLimits] = WorkLimits(max_dimension=100, max_count=1000, max_points=100_000)
 
     t_max: int | None = int_option(None, 2, 2**40)
     population_size: int = int_option(8, 2, 1000)
@@ -126,6 +133,7 @@ class IPBTEngine(UnitScheduler):
         s = _State.load(state, self.t_max, self.initial_step_share)
         units = {u.number: u for u in history.units}
         if not s.plan and not s.finished:
+            s.seed = int(rng.integers(2**63))
             s.plan = self._initial_generation(problem, s, rng)
         handed_out = issued(history.units)
         todo = [d for d in s.plan if (d["generation"], d["member"]) not in handed_out]
@@ -135,7 +143,10 @@ class IPBTEngine(UnitScheduler):
             if any(u.state == "pending" for u in generation) or len(generation) < len(s.plan):
                 waiting = True
             else:
-                self._close_generation(problem, s, generation, units, rng)
+                # From the state, not from ``rng``: how many asks found the generation still
+                # training depends on timing, and a seeded job must plan the same generations.
+                generation_rng = np.random.default_rng([s.seed, s.generation])
+                self._close_generation(problem, s, generation, units, generation_rng)
                 todo = [] if s.finished else list(s.plan)
         docs = todo[:count]
         s.pinned = _pinned(s, units)
@@ -239,7 +250,8 @@ class IPBTEngine(UnitScheduler):
         if rows is None:
             return {i: rng.random(problem.d) for i in parents}, "random"
         X, y, r_range = rows
-        model = fit_time_varying_gp(X, copula(y))
+        model = fit_time_varying_gp(X, copula(y), s.explore_gp)
+        s.explore_gp = hyperparameters(model)
         out: dict[int, np.ndarray] = {}
         t_next = (max(int(p.spec["to_step"]) for p in parents.values()) + s.t_step) / s.t_step
         for i, parent in parents.items():
@@ -326,10 +338,9 @@ class IPBTEngine(UnitScheduler):
             return
         if too_slow(s.best):
             s.n_fail = self.patience
-        elif smoothed_improvement(s.best):
-            s.n_fail = 0
         else:
-            s.n_fail += 1
+            improved, s.smoother_gp = smoothed_improvement(s.best, s.smoother_gp)
+            s.n_fail = 0 if improved else s.n_fail + 1
 
     def _restart_fits(self, s: _State) -> bool:
         """A restart must leave room for its 2P step and one population step of the doubled
@@ -435,6 +446,12 @@ class _State:
     pinned_bests: list[int]
     finished: bool
     pinned: list[int]
+    #: Drawn at the first ask; seeds each generation's plan.
+    seed: int
+    #: The last fits' hyperparameters (the explore GP's, the stagnation smoother's), from
+    #: which the next fits start.
+    explore_gp: JSON | None
+    smoother_gp: JSON | None
 
     @classmethod
     def load(cls, state: JSON, t_max: int, initial_step_share: float) -> _State:
@@ -456,6 +473,9 @@ class _State:
             pinned_bests=[],
             finished=False,
             pinned=[],
+            seed=0,
+            explore_gp=None,
+            smoother_gp=None,
         )
         if state.get("version") != 1:
             return fresh

@@ -51,6 +51,7 @@ from scipy.optimize import minimize
 from engines import bo
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.errors import EngineUnsupported
+from engines.limits import WorkLimits
 from engines.local_gp import (
     LocalGP,
     Merit,
@@ -145,17 +146,18 @@ class LCBOEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "lcbo"
+    limits: ClassVar[WorkLimits] = WorkLimits(max_dimension=200, max_count=20, max_points=2000)
     max_objectives: ClassVar[int | None] = 1
 
     n_initial: int | None = int_option(None, 1, 10_000)
-    local_points: int | None = int_option(None, 2, 5_000)
+    local_points: int | None = int_option(None, 2, 500)
     step: float = 0.1
     penalty: float = 10.0
     max_penalty: float = 1e4
     temperature: float = 0.01
     beta: float = 1.0
-    n_candidates: int | None = int_option(None, 1, 100_000)
-    num_restarts: int = int_option(5, 1, 256)
+    n_candidates: int | None = int_option(None, 1, 5000)
+    num_restarts: int = int_option(5, 1, 16)
     restart_patience: int | None = int_option(None, 1, 1_000_000)
     kkt_tol: float = 1e-3
 

@@ -47,6 +47,7 @@ from botorch.models import SingleTaskGP
 
 from engines import bo, wasserstein_particles
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
+from engines.limits import WorkLimits
 from engines.metrics import hypervolume, non_dominated
 from engines.options import check_int_options, int_option
 from engines.quasirandom import SobolStream
@@ -80,10 +81,13 @@ class MWGDEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "mwgd"
+    limits: ClassVar[WorkLimits] = WorkLimits(
+        max_dimension=50, max_count=32, max_points=640, observations=300
+    )
 
     n_initial: int | None = int_option(None, 1, 10_000)
-    n_particles: int | None = int_option(None, 2, 4_096)
-    steps: int = int_option(150, 0, 10_000)
+    n_particles: int | None = int_option(None, 2, 128)
+    steps: int = int_option(150, 0, 200)
     eta: float = 0.01
     kernel: Literal["svgd", "blob"] = "svgd"
     accelerated: bool = True

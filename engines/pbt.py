@@ -47,6 +47,7 @@ from typing import ClassVar
 import numpy as np
 
 from engines.base import JSON, History, Problem, Proposal, Unit, UnitScheduler, best_unit
+from engines.limits import WorkLimits
 from engines.options import check_int_options, check_option_ranges, int_option
 from engines.quasirandom import SobolStream
 from engines.space import (
@@ -197,6 +198,7 @@ class PBTEngine(UnitScheduler):
     required."""
 
     name: ClassVar[str] = "pbt"
+    limits: ClassVar[WorkLimits] = WorkLimits(max_dimension=100, max_count=1000, max_points=100_000)
 
     t_max: int | None = int_option(None, 1, 2**40)
     population_size: int = int_option(8, 2, 1000)

@@ -57,6 +57,7 @@ from scipy.stats import qmc
 
 from engines import bo
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
+from engines.limits import WorkLimits
 from engines.metrics import non_dominated
 from engines.options import check_int_options, int_option
 from engines.pareto_matching import batch_score, greedy_batch, pareto_sample_masks
@@ -93,14 +94,17 @@ class POMEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "pom"
+    limits: ClassVar[WorkLimits] = WorkLimits(
+        max_dimension=50, max_count=20, max_points=500, observations=300
+    )
 
     n_initial: int | None = int_option(None, 1, 10_000)
-    n_samples: int | None = int_option(None, 2, 4_096)
-    pool_size: int = int_option(2048, 16, 100_000)
+    n_samples: int | None = int_option(None, 2, 128)
+    pool_size: int = int_option(2048, 16, 4096)
     lambda_coverage: float = 1.0
-    top_candidates: int = int_option(512, 1, 100_000)
-    num_features: int = int_option(1024, 16, 16_384)
-    refine_points: int = int_option(256, 0, 16_384)
+    top_candidates: int = int_option(512, 1, 1024)
+    num_features: int = int_option(1024, 16, 1024)
+    refine_points: int = int_option(256, 0, 256)
 
     def __post_init__(self) -> None:
         check_int_options(self)

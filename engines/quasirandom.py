@@ -25,6 +25,7 @@ import numpy as np
 from scipy.stats import qmc
 
 from engines.base import JSON, History, Problem, Proposal
+from engines.limits import WorkLimits
 
 #: How many extra Sobol points to draw per requested point before accepting duplicates.
 _MAX_SKIPS_PER_POINT = 16
@@ -111,6 +112,9 @@ class RandomEngine:
     """Scrambled Sobol points; no options."""
 
     name: ClassVar[str] = "random"
+    limits: ClassVar[WorkLimits] = WorkLimits(
+        max_dimension=1000, max_count=1000, max_points=1_000_000
+    )
     uses_observations: ClassVar[bool] = False
     max_objectives: ClassVar[int | None] = None
     schedules_units: ClassVar[bool] = False

@@ -22,11 +22,18 @@ _ENGINES: dict[str, str] = {
     "pbt": "engines.pbt:PBTEngine",
     "ipbt": "engines.ipbt:IPBTEngine",
     "mwgd": "engines.mwgd:MWGDEngine",
+    "auto": "engines.auto:AutoEngine",
 }
 
 
 def engine_names() -> list[str]:
     return sorted(_ENGINES)
+
+
+def engine_modules() -> list[str]:
+    """The modules that define the engines (a process that imports them all once, such as the
+    server's engine process starter, spares each engine process the import)."""
+    return sorted({path.split(":")[0] for path in _ENGINES.values()})
 
 
 def engine_class(name: str) -> type:

@@ -52,6 +52,7 @@ from scipy.stats import qmc
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.enn import ENN, ENNParams
 from engines.errors import EngineUnsupported
+from engines.limits import WorkLimits
 from engines.local_search import (
     SearchState,
     initial_design,
@@ -123,19 +124,22 @@ class TurboENNEngine(ModelBasedEngine):
     """
 
     name: ClassVar[str] = "turbo-enn"
+    limits: ClassVar[WorkLimits] = WorkLimits(
+        max_dimension=1000, max_count=1000, max_points=100_000
+    )
     max_objectives: ClassVar[int | None] = 1
 
     noisy: bool = False
     n_initial: int | None = int_option(None, 1, 10_000)
-    k_neighbors: int = int_option(10, 1, 1_000)
-    n_candidates: int | None = int_option(None, 1, 100_000)
+    k_neighbors: int = int_option(10, 1, 100)
+    n_candidates: int | None = int_option(None, 1, 10_000)
     success_tolerance: int = int_option(3, 1, 1_000)
     failure_tolerance: int | None = int_option(None, 1, 1_000)
     length_init: float = 0.8
     length_min: float = 0.5**7
     length_max: float = 1.6
-    fit_candidates: int = int_option(30, 1, 10_000)
-    fit_samples: int = int_option(100, 2, 100_000)
+    fit_candidates: int = int_option(30, 1, 100)
+    fit_samples: int = int_option(100, 2, 1000)
     restart_keeps_data: bool = False
 
     def __post_init__(self) -> None:

@@ -5,7 +5,12 @@ How ``ask`` runs without holding a database write lock while an engine computes:
 1. Under an in-process lock for the study, read a snapshot (no write lock): the study, how many
    trials can be handed out without the engine (the worker's own unfinished trials within their
    lease, then enqueued and stale ones), and, if more are needed, the history as arrays.
-2. Call the engine for the missing points, outside any transaction.
+2. Call the engine for the missing points, outside any transaction, in one of the server's
+   engine processes (``service.engine_pool``). A call not answered within the ask's time
+   budget is abandoned: the missing points are then quasi-random (Sobol) ones avoiding the
+   pending points, their trials' details say ``"fallback"``, and the engine state stays as
+   it was (a scheduler's ask is answered 503 with ``Retry-After`` instead: its trials are
+   units of a population, which a random point is not).
 3. In one short write transaction, lock the study row, check that the engine state version is
    the one the snapshot saw (another replica may have asked meanwhile), hand out held and
    queued trials, insert the new ones with numbers from the study's counter, store the new
@@ -13,27 +18,37 @@ How ``ask`` runs without holding a database write lock while an engine computes:
 
 So asks on one study are serialized (in-process lock, row lock on PostgreSQL, version check
 across processes), and asks on different studies never wait for each other's engines.
+
+With a suggestion pool (``service.suggestion_pool``), ``ask_from_pool`` serves an ask from it
+in one write transaction, without the engine nor the locks of 1-3 (a refill holds them). Else
+1-3 run, the engine computing the points fresh pooled ones do not cover (as pending); an ask
+that ran the engine empties the pool, whose points did not count its own.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Row
 
 from client.models import FINISHED_STATES, AskRequest, AskResponse, ProblemCode, TrialPublic
 from engines.base import History, Proposal
 from engines.errors import EngineError
+from engines.limits import check_ask
+from service import suggestion_pool
 from service.errors import ApiError, engine_error, unavailable
-from service.history import HistoryCache, full_history
+from service.history import load_history, pending_only, stack_points
 from service.idempotency import IdemKey, replay
 from service.leases import expire_leases, lease_until
+from service.observability import ASK_SECONDS
 from service.problem import ParsedStudy
 from service.store import (
     Answer,
@@ -44,6 +59,7 @@ from service.store import (
     trials_t,
     utcnow,
 )
+from service.suggest import details_of, suggest
 from service.trials import new_trial
 from service.units import load_units
 from service.wire import trial_public
@@ -75,13 +91,13 @@ _OPEN_TRIALS = select(
     trials_t.c.x,
 ).where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES))
 
-#: Points of trials told failed or infeasible: the engine is told not to propose them again.
-_FAILED_POINTS = select(trials_t.c.x).where(
-    trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(("failed", "infeasible"))
-)
 _INSERT_TRIAL = insert(trials_t)
 #: The study's trial budget (a setting in its config column) and the trials it counts.
 _MAX_TRIALS = select(studies_t.c.config["max_trials"].as_integer()).where(
+    studies_t.c.id == bindparam("study_id")
+)
+#: The study's own engine time budget per ask (a setting in its config column).
+_ASK_TIME_BUDGET = select(studies_t.c.config["ask_time_budget"].as_float()).where(
     studies_t.c.id == bindparam("study_id")
 )
 _BUDGET_USED = select(func.count()).where(
@@ -105,6 +121,10 @@ class _VersionMoved(Exception):
     """The engine state changed between snapshot and commit; take a new snapshot."""
 
 
+class _PoolShort(Exception):
+    """The pool holds fewer fresh suggestions than the ask needs: nothing was written."""
+
+
 @dataclass(frozen=True)
 class _Ask:
     """One ask request and what it is about."""
@@ -114,6 +134,12 @@ class _Ask:
     study_id: int
     req: AskRequest
     parsed: ParsedStudy
+    wrap: Callable[[AskResponse], BaseModel] | None = None
+
+
+def _wrapped(ask: _Ask, answer: tuple[int, AskResponse]) -> tuple[int, BaseModel]:
+    status, response = answer
+    return status, response if ask.wrap is None else ask.wrap(response)
 
 
 @dataclass(frozen=True)
@@ -133,7 +159,7 @@ def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
     open_rows = conn.execute(_OPEN_TRIALS, {"study_id": ask.study_id}).all()
     by_number = sorted(open_rows, key=lambda r: r.number)
     expired = [r for r in by_number if r.state == "running" and r.lease_expires_at < now]
-    X_pending = _stack([r.x for r in by_number], ask.parsed.problem.d)
+    X_pending = stack_points([r.x for r in by_number], ask.parsed.problem.d)
     if expired:
         return _Plan(expired, [], 0, X_pending)
     worker_id = ask.req.worker_id
@@ -175,34 +201,93 @@ def _budget_room(conn: Connection, study_id: int) -> int | None:
 
 
 def ask(
-    store: Store, tenant_id: int, study_id: int, req: AskRequest, idem: IdemKey | None
+    store: Store,
+    tenant_id: int,
+    study_id: int,
+    req: AskRequest,
+    idem: IdemKey | None,
+    wrap: Callable[[AskResponse], BaseModel] | None = None,
 ) -> Answer:
-    """Hand out ``req.count`` trials; see the module docstring for how."""
-    call = _Ask(store, tenant_id, study_id, req, store.parsed_study_for(study_id))
+    """Hand out ``req.count`` trials; see the module docstring for how. ``wrap`` makes the
+    answer stored and returned from the ask's (tell-and-ask answers the told trial with it)."""
+    call = _Ask(store, tenant_id, study_id, req, store.parsed_study_for(study_id), wrap)
+    _check_work(call)
+    with ASK_SECONDS.labels(call.parsed.engine.name).time():
+        answer = _serve(store, tenant_id, study_id, idem, call)
+    _refill(call)
+    return answer
+
+
+def ask_from_pool(
+    store: Store,
+    tenant_id: int,
+    study_id: int,
+    req: AskRequest,
+    idem: IdemKey | None,
+    wrap: Callable[[AskResponse], BaseModel] | None = None,
+) -> Answer | None:
+    """The ask when fresh pooled points alone serve it: the router tries it before the ask
+    waits for the study's turn (``service.admission``) behind asks that run the engine.
+    ``None`` (nothing written) when they do not."""
+    call = _Ask(store, tenant_id, study_id, req, store.parsed_study_for(study_id), wrap)
+    # Without a pool (the default, and random studies) ``ask`` follows and checks the work.
+    if not _pooling(call) or not store.db.read(lambda c: suggestion_pool.holds_any(c, study_id)):
+        return None
+    _check_work(call)
+    try:
+        with ASK_SECONDS.labels(call.parsed.engine.name).time():
+            answer = store.write(
+                tenant_id, idem, lambda c: _wrapped(call, _commit(c, call, from_pool_only=True))
+            )
+    except (_PoolShort, _VersionMoved):
+        return None
+    _refill(call)
+    return answer
+
+
+def _pooling(call: _Ask) -> bool:
+    return call.store.refill_pool is not None and suggestion_pool.pools(call.parsed)
+
+
+def _refill(call: _Ask) -> None:
+    """Refill the pool: the trials just handed out are pending now, the next batch counts them."""
+    if call.store.refill_pool is not None and suggestion_pool.pools(call.parsed):
+        call.store.refill_pool(call.tenant_id, call.study_id)
+
+
+def _serve(store: Store, tenant_id: int, study_id: int, idem: IdemKey | None, call: _Ask) -> Answer:
     if not call.parsed.engine.uses_observations:
         # An engine that reads no observations (random) is cheap: it runs inside the one
         # write transaction, under the study row lock.
-        return store.write(tenant_id, idem, lambda c: _commit(c, call))
+        return store.write(tenant_id, idem, lambda c: _wrapped(call, _commit(c, call)))
     if idem is not None:
         # A repeated request must not pay for the engine again.
         stored = store.db.read(lambda c: replay(c, tenant_id, idem))
         if stored is not None:
             return stored
+    pooling = _pooling(call)
     with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
         for attempt in range(_ASK_ATTEMPTS):
-            snap = store.db.read(lambda c: _snapshot(c, call))
+            snap = store.db.read(lambda c: _snapshot(c, call, pooling))
             if snap is None:  # leases expired: apply the policy first, then look again
                 store.db.write(lambda c: expire_leases(store, c, utcnow(), study_id))
                 continue
-            study, history, need = snap
+            study, history, need, pooled, budget = snap
             # The engine runs outside any transaction: no connection waits on it.
-            proposal = _suggest(call.parsed, study, history, need) if need else None
+            proposal = (
+                suggest(call.parsed, study, history, need, store.engine_pool, budget)
+                if need
+                else None
+            )
             version = study.ask_count
 
             def commit(
-                c: Connection, version: int = version, proposal: Proposal | None = proposal
-            ) -> tuple[int, AskResponse]:
-                return _commit(c, call, version, proposal)
+                c: Connection,
+                version: int = version,
+                proposal: Proposal | None = proposal,
+                pooled: list[suggestion_pool.Pooled] = pooled,
+            ) -> tuple[int, BaseModel]:
+                return _wrapped(call, _commit(c, call, version, proposal, pooled))
 
             try:
                 return store.write(tenant_id, idem, commit)
@@ -212,75 +297,65 @@ def ask(
     raise unavailable("the study is busy with concurrent asks; retry the request")
 
 
-def _snapshot(conn: Connection, ask: _Ask) -> tuple[Row, History | None, int] | None:
-    """Read the study, its history and how many new points are needed (no write lock).
+def ask_inline(
+    conn: Connection, store: Store, tenant_id: int, study_id: int, req: AskRequest
+) -> AskResponse:
+    """An ask on a study whose engine reads no observations, in the caller's transaction
+    (tell-and-ask runs it after the tell, in the tell's)."""
+    call = _Ask(store, tenant_id, study_id, req, store.parsed_study(conn, study_id))
+    assert not call.parsed.engine.uses_observations
+    _check_work(call)
+    return _commit(conn, call)[1]
+
+
+def _check_work(ask: _Ask) -> None:
+    """Refuse, before any work, an ask over the engine's caps (``engines.limits``).
+
+    Raises: ApiError 422 ``engine_work_too_large``, saying what to lower."""
+    try:
+        check_ask(ask.parsed.engine, ask.parsed.problem, ask.req.count)
+    except EngineError as exc:
+        raise engine_error(exc) from exc
+
+
+def _snapshot(
+    conn: Connection, ask: _Ask, pooling: bool
+) -> tuple[Row, History | None, int, list[suggestion_pool.Pooled], float] | None:
+    """Read the study, the fresh pooled points to serve (with ``pooling``), its history, how
+    many points the engine must compute and its time budget (no write lock).
 
     Returns ``None`` when leases have expired and the lease policy must run first."""
     row = find_study(conn, ask.tenant_id, ask.study_id, require_active=True, columns=_STUDY_COLUMNS)
     plan = _plan(conn, ask, utcnow())
     if plan.expired:
         return None
-    if plan.need == 0:
-        return row, None, 0
+    pooled = suggestion_pool.fresh(conn, ask.study_id, plan.X_pending) if pooling else []
+    pooled = pooled[: plan.need]
+    need = plan.need - len(pooled)
+    if need == 0:
+        return row, None, 0, pooled, 0.0
     parsed = ask.parsed
-    history = load_history(conn, ask.study_id, parsed, plan.X_pending, ask.store.history)
+    X_pending = np.vstack([plan.X_pending, *(p.x[None, :] for p in pooled)])
+    history = load_history(conn, ask.study_id, parsed, X_pending, ask.store.history)
     if parsed.engine.schedules_units:
         history = replace(history, units=load_units(conn, ask.study_id, parsed))
-    return row, history, plan.need
-
-
-def load_history(
-    conn: Connection,
-    study_id: int,
-    parsed: ParsedStudy,
-    X_pending: np.ndarray,
-    cache: HistoryCache | None = None,
-) -> History:
-    """The completed trials as engine arrays in completion order, with ``X_pending`` as given
-    and the points of failed and infeasible trials as ``X_failed``.
-
-    With ``cache`` (the store's), only the trials completed since its last load are read."""
-    if cache is None:
-        history = full_history(conn, study_id, parsed, X_pending)
-    else:
-        history = cache.load(conn, study_id, parsed, X_pending)
-    failed = conn.execute(_FAILED_POINTS, {"study_id": study_id}).scalars().all()
-    return replace(history, X_failed=_stack(list(failed), parsed.problem.d)) if failed else history
-
-
-def _stack(blobs: list[bytes], d: int) -> np.ndarray:
-    if d == 0 or not blobs:
-        return np.zeros((len(blobs), d))
-    return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
-
-
-def _suggest(parsed: ParsedStudy, study: Row, history: History | None, need: int) -> Proposal:
-    assert history is not None
-    rng = np.random.default_rng([study.seed, study.ask_count])
-    start = time.perf_counter()
-    try:
-        proposal = parsed.engine.suggest(parsed.problem, history, need, study.engine_state, rng)
-    except EngineError as exc:
-        raise engine_error(exc) from exc
-    seconds = round(time.perf_counter() - start, 6)
-    if parsed.engine.schedules_units and len(proposal.units) != len(proposal.X):
-        raise RuntimeError(f"engine {parsed.engine.name} returned points without unit documents")
-    rows = len(proposal.X) if parsed.engine.schedules_units and len(proposal.X) <= need else need
-    if proposal.X.shape != (rows, parsed.problem.d):
-        raise RuntimeError(
-            f"engine {parsed.engine.name} returned {proposal.X.shape}, "
-            f"expected {(need, parsed.problem.d)}"
-        )
-    # The engine's wall time of this ask, on every trial it proposed ("time per ask").
-    details = [{**detail, "ask_seconds": seconds} for detail in _details(proposal, rows)]
-    return replace(proposal, details=details)
+    budget = ask.store.engine_pool.budget
+    own = conn.execute(_ASK_TIME_BUDGET, {"study_id": ask.study_id}).scalar()
+    return row, history, need, pooled, budget if own is None else min(budget, float(own))
 
 
 def _commit(
-    conn: Connection, ask: _Ask, version: int | None = None, proposal: Proposal | None = None
+    conn: Connection,
+    ask: _Ask,
+    version: int | None = None,
+    proposal: Proposal | None = None,
+    pooled: Sequence[suggestion_pool.Pooled] = (),
+    from_pool_only: bool = False,
 ) -> tuple[int, AskResponse]:
-    """The write transaction of an ask. With ``version`` (model-based engines), the proposal
-    was made outside; without it, the engine runs here."""
+    """The write transaction of an ask. With ``version`` (model-based engines), the snapshot
+    chose the ``pooled`` points and the engine proposed the others outside; with
+    ``from_pool_only``, every new point comes from the pool (else ``_PoolShort``); with
+    neither, the engine runs here."""
     row = find_study(
         conn,
         ask.tenant_id,
@@ -304,15 +379,25 @@ def _commit(
         bump_revision(conn, ask.study_id, now)
         return 200, AskResponse(trials=trials)
     parsed = ask.parsed
-    if version is None:
-        proposal = _suggest(parsed, row, _no_history(parsed, plan.X_pending), plan.need)
-    elif proposal is None or (len(proposal.X) < plan.need and not parsed.engine.schedules_units):
+    if from_pool_only:
+        pooled = suggestion_pool.fresh(conn, ask.study_id, plan.X_pending)
+        if len(pooled) < plan.need:
+            raise _PoolShort
+    pooled = pooled[: plan.need]
+    if not suggestion_pool.take(conn, pooled):
         raise _VersionMoved
-    assert proposal is not None
-    trials += _insert_proposed(conn, ask, row, proposal, plan.need, running, now)
+    rest = plan.need - len(pooled)
+    if version is None and not from_pool_only:
+        proposal = suggest(parsed, row, pending_only(parsed, plan.X_pending), plan.need)
+    elif rest and (
+        proposal is None or (len(proposal.X) < rest and not parsed.engine.schedules_units)
+    ):
+        raise _VersionMoved
+    trials += _insert_proposed(conn, ask, row, pooled, proposal, rest, running, now)
     if len(trials) < ask.req.count:
-        finished = not trials and proposal.retry_after is None
-        return 200, AskResponse(trials=trials, retry_after=proposal.retry_after, finished=finished)
+        retry_after = None if proposal is None else proposal.retry_after
+        finished = not trials and retry_after is None
+        return 200, AskResponse(trials=trials, retry_after=retry_after, finished=finished)
     return 200, AskResponse(trials=trials)
 
 
@@ -347,33 +432,29 @@ def _hand_out(
     return [trial_public(r) for r in sorted(rows, key=lambda r: r.number)]
 
 
-def _no_history(parsed: ParsedStudy, X_pending: np.ndarray) -> History:
-    """What an engine that reads no observations is given: the pending points only."""
-    problem = parsed.problem
-    return History(
-        np.zeros((0, problem.d)),
-        np.zeros((0, problem.n_objectives)),
-        np.zeros((0, problem.n_constraints)),
-        X_pending,
-    )
-
-
 def _insert_proposed(
     conn: Connection,
     ask: _Ask,
     study: Row,
-    proposal: Proposal,
+    pooled: Sequence[suggestion_pool.Pooled],
+    proposal: Proposal | None,
     need: int,
     running: dict[str, Any],
     now: datetime,
 ) -> list[TrialPublic]:
-    """Insert the proposed points as trials running for the asking worker, numbered from the
-    study's counter, and store the engine's new state."""
+    """Insert the pooled points, then ``need`` proposed ones, as trials running for the asking
+    worker, numbered from the study's counter, and store the engine's new state (with a
+    proposal)."""
     parsed = ask.parsed
-    # A scheduler may propose fewer (units still training); it re-proposes any unit it
-    # planned that was not inserted, as it rebuilds its population from the trials.
-    n_new = min(len(proposal.X), need)
-    units = proposal.units[:n_new] if parsed.engine.schedules_units else [None] * n_new
+    points: list[tuple[np.ndarray, dict[str, Any], dict[str, Any] | None]] = [
+        (p.x, p.trial_details(), None) for p in pooled
+    ]
+    if proposal is not None:
+        # A scheduler may propose fewer (units still training); it re-proposes any unit it
+        # planned that was not inserted, as it rebuilds its population from the trials.
+        n_new = min(len(proposal.X), need)
+        units = proposal.units[:n_new] if parsed.engine.schedules_units else [None] * n_new
+        points += zip(proposal.X[:n_new], details_of(proposal, n_new), units, strict=True)
     first = study.next_trial_number
     new = [
         {
@@ -381,25 +462,21 @@ def _insert_proposed(
             **running,
             "started_at": now,
         }
-        for i, (x, detail, unit) in enumerate(
-            zip(proposal.X[:n_new], _details(proposal, n_new), units, strict=True)
-        )
+        for i, (x, detail, unit) in enumerate(points)
     ]
     if new:
         conn.execute(_INSERT_TRIAL, new)
+    if proposal is not None and suggestion_pool.pools(parsed):
+        suggestion_pool.clear(conn, ask.study_id)
     conn.execute(
         _STUDY_AFTER_PROPOSAL,
         {
             "study_id": ask.study_id,
             "now": now,
-            "next_number": first + n_new,
-            "engine_state": proposal.state,
-            "version": study.ask_count + 1,
+            "next_number": first + len(new),
+            # Served from the pool only, the engine state stays.
+            "engine_state": study.engine_state if proposal is None else proposal.state,
+            "version": study.ask_count if proposal is None else study.ask_count + 1,
         },
     )
     return [trial_public(t) for t in new]
-
-
-def _details(proposal: Proposal, need: int) -> list[dict[str, Any]]:
-    details = list(proposal.details[:need])
-    return details + [{} for _ in range(need - len(details))]

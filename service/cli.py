@@ -5,10 +5,14 @@
     asktell studies list | show ID | export ID [--format json|csv] | import FILE [--name N]
     asktell studies watch ID [--interval S] [--once]
     asktell trials list STUDY_ID [--state S]
+    asktell jobs submit job.json [--watch] | list | show ID | cancel ID
+    asktell datasets upload FILE --name N --target COLUMN [--task T] | list | show ID | delete ID
+    asktell keys create --tenant NAME --scope read|write|admin [--name N] | list | revoke ID
 
 Commands that read studies talk to a running server (``--url``, before or after the
-subcommand, default ``$ASKTELL_URL`` or http://127.0.0.1:8000) through the client. Their errors
-are one line on stderr (``error 404 not_found: ...``) and exit code 1.
+subcommand, default ``$ASKTELL_URL`` or http://127.0.0.1:8000) through the client, with the API
+key ``$ASKTELL_API_KEY`` when the server needs one. Their errors are one line on stderr
+(``error 404 not_found: ...``) and exit code 1.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from time import monotonic, sleep
 from typing import TYPE_CHECKING, TextIO
 
+from service import cli_datasets, cli_keys
+
 if TYPE_CHECKING:
     from client import Client, Study
     from client.models import StudyPublic
@@ -36,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args.host, args.port, args.workers, args.access_log)
     if args.command == "db":
         return _db(args.action)
+    if args.command == "keys":
+        return cli_keys.run(args)
     return _remote(args)
 
 
@@ -88,14 +96,21 @@ def _parser() -> argparse.ArgumentParser:
     tlist.add_argument("study_id", type=int)
     tlist.add_argument("--state", action="append")
     tlist.set_defaults(run=_list_trials)
+    from service.cli_jobs import add_job_commands
+
+    add_job_commands(sub, remote)
+    cli_datasets.add_parser(sub, remote)
+    cli_keys.add_parser(sub)
     return parser
 
 
 def _serve(host: str, port: int, workers: int, access_log: bool) -> int:
     import uvicorn
 
+    from service.api_keys import auth_line
     from service.app import open_database
     from service.settings import get_settings
+    from service.transport import PROTOCOL
 
     # Upgrade (SQLite) or check (PostgreSQL) once here, so a schema problem is one clear message.
     try:
@@ -103,6 +118,13 @@ def _serve(host: str, port: int, workers: int, access_log: bool) -> int:
     except RuntimeError as exc:
         print(f"asktell: {exc}", file=sys.stderr)
         return 2
+    # The job workers this server starts reach it here (unless configured otherwise).
+    os.environ.setdefault("ASKTELL_SELF_URL", f"http://{_connect_host(host)}:{port}")
+    # Auth follows the address served (ASKTELL_AUTH=auto): off on loopback only.
+    os.environ["ASKTELL_HOST"] = host
+    get_settings.cache_clear()
+    settings = get_settings()
+    print(f"asktell: {auth_line(settings)}", file=sys.stderr)
     uvicorn.run(
         "service.main:app",
         host=host,
@@ -110,8 +132,20 @@ def _serve(host: str, port: int, workers: int, access_log: bool) -> int:
         workers=workers,
         log_level="info",
         access_log=access_log,
+        # httptools with header size and time limits (service.transport).
+        http=PROTOCOL,
+        timeout_keep_alive=settings.keep_alive_timeout,
     )
     return 0
+
+
+def _connect_host(host: str) -> str:
+    """Where a local process reaches a server listening on ``host``."""
+    if host in ("0.0.0.0", "", "*"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _db(action: str) -> int:

@@ -15,6 +15,7 @@ from client.notes_models import CurvePoint, CurveSelection, TrialCurve
 from service.errors import ApiError, ProblemCode
 from service.problem import ParsedStudy
 from service.store import Store, find_study, measurements_t, trials_t
+from service.trial_fields import filter_clauses
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class CurvesQuery:
     max_trials: int
     #: At least 2: the first and the last step of a trial are always kept.
     max_points: int
+    #: The trial filter (``service.trial_fields``), JSON text; None for every trial.
+    trial_filter: str | None = None
 
 
 def study_curves(store: Store, tenant_id: int, study_id: int, q: CurvesQuery) -> StudyCurves:
@@ -46,6 +49,7 @@ def study_curves(store: Store, tenant_id: int, study_id: int, q: CurvesQuery) ->
                 f"choose one of {list(parsed.objective_names)}",
             )
         chosen = _selected(study_id, parsed, q.selection, objective)
+        chosen = chosen.where(*filter_clauses(parsed, q.trial_filter))
         rows = conn.execute(chosen.limit(q.max_trials + 1)).all()
         kept = rows[: q.max_trials]
         points, counts = _points(conn, [r.id for r in kept], q.max_points)

@@ -7,7 +7,9 @@ KKT residual, gradient deviation and the iterate's violation; POM each point's p
 Pareto-optimality and the batch's score; mwgd the particle run's gradient norms and each
 point's hypervolume improvement; GP each model's lengthscales. Here those fields are read as
 numbers in SQL (never whole details documents), downsampled per series, and grouped into
-charts; the engine's state gives the facts, and mwgd's state its last particles.
+charts; the engine's state gives the facts, and mwgd's state its last particles. An ``auto``
+study's panel charts the engine it chose at each ask, then the quantities of every engine it
+delegated to, and its facts are the choice, the switches and the current engine's state.
 """
 
 from __future__ import annotations
@@ -79,9 +81,12 @@ CHARTS = {
     "gradnorm": Chart("GradNorm of the particle run", "gradient norm", log_y=True),
     "hvi": Chart("Improvement of each point", "hypervolume (or best value) improvement"),
     "momentum": Chart("Momentum restarts per run", "restarts"),
+    "auto": Chart("Engine chosen by auto", "engine"),
 }
 
 _TIME = Quantity("ask_seconds", ("ask_seconds",), "engine time per ask", "time")
+#: The engine an ``auto`` study delegated each ask to.
+_AUTO = Quantity("auto_engine", ("auto", "engine"), "engine chosen", "auto", text=True)
 _RESTARTS = Quantity("generation", ("generation",), "restarts", "restarts")
 QUANTITIES: dict[str, tuple[Quantity, ...]] = {
     "turbo-enn": (
@@ -131,7 +136,8 @@ def study_engine(store: Store, tenant_id: int, study_id: int, max_points: int) -
     def fn(conn: Connection) -> StudyEngine:
         study = find_study(conn, tenant_id, study_id, columns=("id", "engine_state"))
         parsed = store.parsed_study(conn, study_id)
-        quantities = (*engine_quantities(parsed), _TIME)
+        state = study.engine_state or {}
+        quantities = (*engine_quantities(parsed, state), _TIME)
         rows = detail_rows(conn, study_id, quantities)
         per_series = min(max_points, max(_MIN_PER_SERIES, _TOTAL_POINTS // len(quantities)))
         numbers = np.array([r.number for r in rows], dtype=np.int64)
@@ -145,24 +151,38 @@ def study_engine(store: Store, tenant_id: int, study_id: int, max_points: int) -
             feasible, thinned = _feasible_share(rows, per_series)
             charts.append(_chart("feasible", [feasible]))
             downsampled = downsampled or thinned
-        state = study.engine_state or {}
         return StudyEngine(
             engine=parsed.engine.name,
-            description=DESCRIPTIONS.get(parsed.engine.name, "The engine's time per ask."),
+            description=_description(parsed.engine.name, state),
             proposed=int(sum(r[3 + len(quantities) - 1] is not None for r in rows)),
             downsampled=downsampled,
             charts=charts,
-            facts=_time_facts(rows, len(quantities)) + state_facts(state) + _latest_scales(charts),
+            facts=_time_facts(rows, len(quantities))
+            + _state_facts(parsed, state)
+            + _latest_scales(charts),
             particles=_particles(parsed, state),
         )
 
     return store.db.read(fn)
 
 
-def engine_quantities(parsed: ParsedStudy) -> tuple[Quantity, ...]:
+def engine_quantities(
+    parsed: ParsedStudy, state: dict[str, Any] | None = None
+) -> tuple[Quantity, ...]:
     """The detail fields the study's engine records; a GP's lengthscales are one per model
-    (objectives, then constraints) and free parameter."""
-    name = parsed.engine.name
+    (objectives, then constraints) and free parameter. An ``auto`` study records the engine it
+    chose, and the fields of every engine it delegated to (the keys of its state's
+    ``engines``)."""
+    if parsed.engine.name != "auto":
+        return _quantities_of(parsed, parsed.engine.name)
+    used = (state or {}).get("engines")
+    found: dict[str, Quantity] = {_AUTO.name: _AUTO}
+    for name in used if isinstance(used, dict) else {}:
+        found.update((q.name, q) for q in _quantities_of(parsed, name) if q.name not in found)
+    return tuple(found.values())
+
+
+def _quantities_of(parsed: ParsedStudy, name: str) -> tuple[Quantity, ...]:
     if name != "gp":
         return QUANTITIES.get(name, ())
     outputs = [*parsed.objective_names, *parsed.constraint_names]
@@ -301,6 +321,39 @@ def state_facts(state: dict[str, Any]) -> list[EngineFact]:
         for sub, item in entries:
             name = key if sub is None else f"{key}.{sub}"
             facts.append(EngineFact(name=name, value=_fact_value(item)))
+    return facts
+
+
+def _description(name: str, state: dict[str, Any]) -> str:
+    """The engine's description; an ``auto`` study's names the engine it chose and why, then
+    describes that engine's quantities."""
+    if name != "auto":
+        return DESCRIPTIONS.get(name, "The engine's time per ask.")
+    chosen = state.get("engine")
+    if not isinstance(chosen, str):
+        return "auto picks an engine from the study's shape at every ask; nothing asked yet."
+    inner = DESCRIPTIONS.get(chosen, "The engine's time per ask.")
+    return f"auto chose {chosen} ({state.get('reason', '')}). {inner}"
+
+
+def _state_facts(parsed: ParsedStudy, state: dict[str, Any]) -> list[EngineFact]:
+    """The state's facts; for ``auto`` its choice, reason and switches, then the state of the
+    engine it delegates to (prefixed with its name)."""
+    if parsed.engine.name != "auto":
+        return state_facts(state)
+    facts = [
+        EngineFact(name=f"auto.{key}", value=_fact_value(state[key]))
+        for key in ("engine", "rule", "reason")
+        if key in state
+    ]
+    for switch in state.get("switches") or []:
+        if isinstance(switch, dict):
+            text = f"{switch.get('from')} -> {switch.get('to')}"
+            facts.append(EngineFact(name=f"auto.switch at {switch.get('at')}", value=text))
+    engines, chosen = state.get("engines"), state.get("engine")
+    inner = engines.get(chosen) if isinstance(engines, dict) else None
+    if isinstance(inner, dict):
+        facts += [EngineFact(name=f"{chosen}.{f.name}", value=f.value) for f in state_facts(inner)]
     return facts
 
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from client.models import ProblemCode
-from engines.errors import EngineError, EngineOptionsError, EngineRetryable, SpaceError
+from engines.errors import (
+    EngineError,
+    EngineOptionsError,
+    EngineRetryable,
+    EngineWorkTooLarge,
+    SpaceError,
+)
 
 __all__ = ["PROBLEM", "ApiError", "ProblemCode", "engine_error", "problems", "unavailable"]
 
@@ -56,6 +62,8 @@ def engine_error(exc: EngineError) -> ApiError:
         return ApiError(ProblemCode.INVALID_SEARCH_SPACE, str(exc))
     if isinstance(exc, EngineOptionsError):
         return ApiError(ProblemCode.INVALID_ENGINE, str(exc))
+    if isinstance(exc, EngineWorkTooLarge):
+        return ApiError(ProblemCode.ENGINE_WORK_TOO_LARGE, str(exc))
     # EngineUnsupported, and the base class, which the engines do not raise themselves.
     return ApiError(ProblemCode.ENGINE_UNSUPPORTED, str(exc))
 

@@ -36,7 +36,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
@@ -50,6 +50,10 @@ from service.problem import ParsedStudy
 
 trials_t = Trial.__table__
 
+#: Points of trials told failed or infeasible: the engine is told not to propose them again.
+_FAILED_POINTS = select(trials_t.c.x).where(
+    trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(("failed", "infeasible"))
+)
 _COLUMNS = (
     trials_t.c.x,
     # The JSON as text: one json.loads per chunk of rows parses them all (exactly as the
@@ -289,3 +293,44 @@ class HistoryCache:
         entry = self._entries.pop(study_id, None)
         if entry is not None:
             self._bytes -= entry.counted
+
+
+def load_history(
+    conn: Connection,
+    study_id: int,
+    parsed: ParsedStudy,
+    X_pending: np.ndarray,
+    cache: HistoryCache | None = None,
+) -> History:
+    """The completed trials as engine arrays in completion order, with ``X_pending`` as given
+    and the points of failed and infeasible trials as ``X_failed``.
+
+    With ``cache`` (the store's), only the trials completed since its last load are read."""
+    if cache is None:
+        history = full_history(conn, study_id, parsed, X_pending)
+    else:
+        history = cache.load(conn, study_id, parsed, X_pending)
+    failed = conn.execute(_FAILED_POINTS, {"study_id": study_id}).scalars().all()
+    return (
+        replace(history, X_failed=stack_points(list(failed), parsed.problem.d))
+        if failed
+        else history
+    )
+
+
+def stack_points(blobs: list[bytes], d: int) -> np.ndarray:
+    """Points stored as float64 bytes (a trial's ``x``), as rows of an ``(n, d)`` array."""
+    if d == 0 or not blobs:
+        return np.zeros((len(blobs), d))
+    return np.frombuffer(b"".join(blobs), dtype=np.float64).reshape(len(blobs), d)
+
+
+def pending_only(parsed: ParsedStudy, X_pending: np.ndarray) -> History:
+    """What an engine that reads no observations is given: the pending points only."""
+    problem = parsed.problem
+    return History(
+        np.zeros((0, problem.d)),
+        np.zeros((0, problem.n_objectives)),
+        np.zeros((0, problem.n_constraints)),
+        X_pending,
+    )

@@ -108,7 +108,7 @@ def parse_study(config: StudyConfig) -> ParsedStudy:
 
 #: Keys of a study's config column that are settings, which ``PATCH`` changes, rather than
 #: part of its ``StudyConfig``.
-SETTINGS = ("max_trials",)
+SETTINGS = ("max_trials", "ask_time_budget", "max_staleness")
 
 
 def definition(config: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ cache, per-study locks, the idempotent write wrapper), and the lookups of a stud
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from client.models import FINISHED_STATES
 from service.db.models import Measurement, Study, Trial
 from service.db.session import Database
+from service.engine_pool import EnginePool
 from service.errors import ApiError, ProblemCode
 from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
@@ -40,9 +42,14 @@ DEFAULT_HISTORY_CACHE_BYTES = 512 * 1024 * 1024
 
 class Store:
     def __init__(
-        self, db: Database, history_cache_bytes: int = DEFAULT_HISTORY_CACHE_BYTES
+        self,
+        db: Database,
+        history_cache_bytes: int = DEFAULT_HISTORY_CACHE_BYTES,
+        engine_pool: EnginePool | None = None,
     ) -> None:
         self.db = db
+        #: Where model-based engines compute (``service.engine_pool``); default: in the ask.
+        self.engine_pool = engine_pool or EnginePool(0, math.inf)
         self.parsed_studies = ParsedStudyCache()
         #: Completed-trial arrays per study, for model-based asks (``service.history``).
         self.history = HistoryCache(history_cache_bytes)
@@ -50,6 +57,10 @@ class Store:
         self.charts = LruCache()
         self._study_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
+        #: Asks a background refill of a study's suggestion pool, with ``(tenant_id,
+        #: study_id)``, after a tell or an ask (``service.pool_refill``); ``None``: this process
+        #: neither refills nor serves the pool (``ASKTELL_SUGGESTION_POOL=0``, tests).
+        self.refill_pool: Callable[[int, int], None] | None = None
 
     def study_lock(self, study_id: int) -> threading.Lock:
         """An in-process lock per study: asks on one study wait for each other, never for

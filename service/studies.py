@@ -25,6 +25,7 @@ from client.models import (
     TrialPublic,
 )
 from engines.errors import EngineError
+from engines.limits import check_problem
 from engines.metrics import hypervolume, loo_emd, non_dominated
 from service.errors import ApiError, ProblemCode, engine_error
 from service.idempotency import IdemKey
@@ -36,9 +37,12 @@ from service.wire import study_public, trial_public
 
 def validate_config(config: StudyConfig) -> ParsedStudy:
     """Raises: ApiError 422 ``invalid_search_space``, ``invalid_engine``,
-    ``engine_unsupported`` or ``invalid_study``."""
+    ``engine_unsupported``, ``engine_work_too_large`` (more parameters than the engine takes,
+    ``engines.limits``) or ``invalid_study``."""
     try:
-        return parse_study(config)
+        parsed = parse_study(config)
+        check_problem(parsed.engine, parsed.problem)
+        return parsed
     except EngineError as exc:
         raise engine_error(exc) from exc
     except ValueError as exc:
@@ -46,11 +50,13 @@ def validate_config(config: StudyConfig) -> ParsedStudy:
 
 
 def config_of(body: StudyCreate) -> dict[str, Any]:
-    """The study's config column: its ``StudyConfig`` and its settings (``max_trials``)."""
+    """The study's config column: its ``StudyConfig`` and its settings (``max_trials``,
+    ``ask_time_budget``, ``max_staleness``) that are set."""
     config = StudyConfig.model_validate(
         body.model_dump(exclude={"name", "metadata", *SETTINGS})
     ).model_dump(mode="json")
-    return config if body.max_trials is None else {**config, "max_trials": body.max_trials}
+    settings = {key: getattr(body, key) for key in SETTINGS if getattr(body, key) is not None}
+    return {**config, **settings}
 
 
 def find_live(conn: Connection, tenant_id: int, name: str) -> Row | None:
@@ -204,7 +210,8 @@ def update_study(
     store: Store, tenant_id: int, study_id: int, body: StudyUpdate, idem: IdemKey | None
 ) -> Answer:
     """Change the state, merge metadata (a key set to null is removed), set or, with null,
-    remove the trial budget ``max_trials`` (kept in the config column), replace the notes."""
+    remove the settings ``max_trials``, ``ask_time_budget`` and ``max_staleness`` (kept in the
+    config column), replace the notes."""
 
     def fn(conn: Connection) -> tuple[int, StudyPublic]:
         row = find_study(conn, tenant_id, study_id, for_update=True)
@@ -214,9 +221,15 @@ def update_study(
         if body.metadata is not None:
             merged = {**row.metadata, **body.metadata}
             values["metadata"] = {k: v for k, v in merged.items() if v is not None}
-        if "max_trials" in body.model_fields_set:
-            budget = {} if body.max_trials is None else {"max_trials": body.max_trials}
-            values["config"] = {**definition(row.config), **budget}
+        changed = [key for key in SETTINGS if key in body.model_fields_set]
+        if changed:
+            config = dict(row.config)
+            for key in changed:
+                if getattr(body, key) is None:
+                    config.pop(key, None)
+                else:
+                    config[key] = getattr(body, key)
+            values["config"] = config
         if body.notes is not None:
             values["notes"] = stored_note(body.notes)
         conn.execute(update(studies_t).where(studies_t.c.id == study_id).values(**values))

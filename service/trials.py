@@ -25,7 +25,7 @@ from client.models import (
     TrialsPage,
 )
 from engines.errors import SpaceError
-from service import trial_fields
+from service import suggestion_pool, trial_fields
 from service.errors import ApiError, ProblemCode
 from service.idempotency import IdemKey
 from service.leases import extended_lease
@@ -148,31 +148,42 @@ def validate_results(
 def tell(
     store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
 ) -> Answer:
-    """Finish a trial: completed with its values, or failed or infeasible with a reason."""
+    """Finish a trial: completed with its values, or failed or infeasible with a reason; then
+    refill the study's suggestion pool (``service.pool_refill``)."""
+    answer = store.write(
+        tenant_id, idem, lambda c: finish(c, store, tenant_id, study_id, number, req)
+    )
+    refill = store.refill_pool
+    told = answer.status == 200
+    if refill is not None and told and suggestion_pool.pools(store.parsed_study_for(study_id)):
+        refill(tenant_id, study_id)
+    return answer
 
-    def fn(conn: Connection) -> tuple[int, TrialPublic]:
-        now = utcnow()
-        trial, revision = unfinished_trial(conn, tenant_id, study_id, number, now)
-        parsed = store.parsed_study(conn, study_id)
-        change: dict[str, Any] = {
-            "trial_id": trial.id,
-            "state": req.state,
-            "reason": req.reason,
-            "completed_at": now,
-            "completed_seq": revision,
-            "values": None,
-            "constraints": None,
-            "feasible": None,
-            "metadata": {**trial.metadata, **req.metadata} if req.metadata else trial.metadata,
-        }
-        if req.state == "completed":
-            vals, cons, feasible = validate_results(parsed, req.values, req.constraints)
-            change.update(values=vals, constraints=cons or None, feasible=feasible)
-            _store_checkpoint(conn, trial, vals, req.checkpoint, now)
-        updated = conn.execute(_FINISH_TRIAL, change).one()
-        return 200, trial_public(updated)
 
-    return store.write(tenant_id, idem, fn)
+def finish(
+    conn: Connection, store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest
+) -> tuple[int, TrialPublic]:
+    """The write of a tell, in the caller's transaction."""
+    now = utcnow()
+    trial, revision = unfinished_trial(conn, tenant_id, study_id, number, now)
+    parsed = store.parsed_study(conn, study_id)
+    change: dict[str, Any] = {
+        "trial_id": trial.id,
+        "state": req.state,
+        "reason": req.reason,
+        "completed_at": now,
+        "completed_seq": revision,
+        "values": None,
+        "constraints": None,
+        "feasible": None,
+        "metadata": {**trial.metadata, **req.metadata} if req.metadata else trial.metadata,
+    }
+    if req.state == "completed":
+        vals, cons, feasible = validate_results(parsed, req.values, req.constraints)
+        change.update(values=vals, constraints=cons or None, feasible=feasible)
+        _store_checkpoint(conn, trial, vals, req.checkpoint, now)
+    updated = conn.execute(_FINISH_TRIAL, change).one()
+    return 200, trial_public(updated)
 
 
 def _store_checkpoint(

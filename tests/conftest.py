@@ -22,6 +22,10 @@ from service.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("ASKTELL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
+# The in-process apps of the tests need no API key (their Settings read this); a test of auth
+# turns it on in its own Settings. Servers started in a subprocess get ``server_env``.
+os.environ["ASKTELL_AUTH"] = "off"
+
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
@@ -67,7 +71,10 @@ def pg_url(pg_server_url: str) -> str:
     upgrade(engine)
     with engine.begin() as conn:
         conn.execute(
-            text("TRUNCATE measurements, trials, studies, samplers, idempotency_keys CASCADE")
+            text(
+                "TRUNCATE measurements, trials, jobs, datasets, studies, samplers,"
+                " idempotency_keys CASCADE"
+            )
         )
     engine.dispose()
     return pg_server_url

@@ -20,32 +20,41 @@ from service.routers.common import StudyId, TrialNumber
 STATIC = Path(__file__).parent / "static"
 JAVASCRIPT = "text/javascript"
 
+#: The pages' Content-Security-Policy: scripts, styles and data from this server only. Plotly
+#: sets inline styles on the plots it draws (hence ``'unsafe-inline'`` for styles only) and
+#: exports images as data: URLs.
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
 router = APIRouter(include_in_schema=False)
 router.mount("/dashboard/static", StaticFiles(directory=STATIC), name="dashboard-static")
 
 
 @router.get("/dashboard")
 def studies_page() -> FileResponse:
-    return FileResponse(STATIC / "studies.html")
+    return _page("studies.html")
 
 
 @router.get("/dashboard/compare")
 def compare_page() -> FileResponse:
     # The page reads the studies' ids from its query (?ids=1,2,3).
-    return FileResponse(STATIC / "compare.html")
+    return _page("compare.html")
 
 
 @router.get("/dashboard/studies/{study_id}")
 def study_page(study_id: StudyId) -> FileResponse:
     # The page reads the study id from its own URL; the id is checked here only so a
     # malformed URL is a 422 rather than an empty page.
-    return FileResponse(STATIC / "study.html")
+    return _page("study.html")
 
 
 @router.get("/dashboard/studies/{study_id}/trials/{number}")
 def trial_page(study_id: StudyId, number: TrialNumber) -> FileResponse:
     # Like the study page, the trial page reads its ids from its own URL.
-    return FileResponse(STATIC / "trial.html")
+    return _page("trial.html")
 
 
 @router.get("/dashboard/plotly.min.js")
@@ -57,6 +66,10 @@ def plotly_js(accept_encoding: Annotated[str, Header()] = "") -> Response:
         headers["Content-Encoding"] = "gzip"
         return Response(_plotly_gzip(), media_type=JAVASCRIPT, headers=headers)
     return FileResponse(_plotly_path(), media_type=JAVASCRIPT, headers=headers)
+
+
+def _page(name: str) -> FileResponse:
+    return FileResponse(STATIC / name, headers={"Content-Security-Policy": PAGE_CSP})
 
 
 def _plotly_path() -> Path:

@@ -159,6 +159,29 @@ class Trial(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+class Suggestion(Base):
+    """A pooled suggestion (``service.suggestion_pool``): a point a background refill of a
+    model-based study computed ahead of the asks, served to one worker and deleted then."""
+
+    __tablename__ = "suggestions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    #: The point in the unit cube, ``(d,)`` float64 bytes, as a trial's ``x``.
+    x: Mapped[bytes] = mapped_column(LargeBinary)
+    #: The engine's details of the point, copied into the trial that takes it.
+    details: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: The study's revision the refill read its history at: the trials with a larger
+    #: ``completed_seq`` finished since.
+    revision: Mapped[int] = mapped_column(BigInteger)
+    #: How many points the refill computed together, and how many finished trials its history
+    #: held: the default ``max_staleness`` is the batch's size, at most that history's (at
+    #: least 1), so a batch from a short history is not served while the history doubles.
+    batch_size: Mapped[int] = mapped_column(Integer)
+    history_size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class Measurement(Base):
     __tablename__ = "measurements"
     __table_args__ = (UniqueConstraint("trial_id", "step", name="uq_measurements_trial_step"),)
@@ -205,3 +228,80 @@ class IdempotencyKey(Base):
     status_code: Mapped[int] = mapped_column(Integer)
     response: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class Dataset(Base):
+    """An uploaded CSV a tuning job trains on (``POST /v1/datasets``); the bundled scikit-learn
+    datasets are not stored."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_datasets_tenant_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    target: Mapped[str] = mapped_column(String(256))
+    #: ``classification`` or ``regression``.
+    task: Mapped[str] = mapped_column(String(16))
+    #: The CSV as uploaded (UTF-8 text, header first).
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    n_rows: Mapped[int] = mapped_column(Integer)
+    #: ``[{"name", "kind": "numeric" | "categorical", ...}]``: the feature columns, target excluded.
+    columns: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    #: Classification: the class labels in order; NULL for regression.
+    classes: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Job(Base):
+    """A tuning job the server runs itself (``POST /v1/jobs``): its study's trials are trained
+    by worker processes of whichever server process holds the job's lease."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "name", name="uq_jobs_tenant_name"),
+        # The runners' scan: jobs not ended, by lease expiry.
+        Index("ix_jobs_state_lease", "state", "lease_expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    #: The ``JobCreate`` body as JSON, defaults filled in.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    #: An uploaded dataset's id; NULL for a bundled scikit-learn dataset (named in ``config``).
+    dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
+    #: ``queued``, ``running``, ``succeeded``, ``failed`` or ``cancelled``.
+    state: Mapped[str] = mapped_column(String(16))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: What the job produced when it ended (best schedule, test score, model artifact key).
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    #: The server process running the job, and until when its lease holds (heartbeats renew it).
+    lease_owner: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: Times the job was taken over after its runner stopped renewing the lease.
+    takeovers: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ApiKey(Base):
+    """An API key of a tenant (``service.api_keys``): only the sha256 of its secret is kept."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    #: The key's first characters (``at_<prefix>``), shown in lists so a user can tell keys apart.
+    prefix: Mapped[str] = mapped_column(String(32))
+    #: sha256 (hex) of the whole key, the lookup of a request's key.
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    #: ``read``, ``write`` or ``admin``; each includes the ones before it.
+    scope: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.routing import APIRoute
 
-from service.errors import ApiError, ProblemCode
+from service.deps import get_principal, limit_rate
+from service.errors import ApiError, ProblemCode, problems
 from service.store import Answer
 from service.trial_fields import MAX_FILTER_LENGTH
 
@@ -34,6 +35,7 @@ CONFIG = (
     ProblemCode.INVALID_SEARCH_SPACE,
     ProblemCode.INVALID_ENGINE,
     ProblemCode.ENGINE_UNSUPPORTED,
+    ProblemCode.ENGINE_WORK_TOO_LARGE,
     ProblemCode.UNAVAILABLE,
 )
 #: Told results checked (``service.trials.validate_results``).
@@ -82,9 +84,19 @@ def cursor_int(cursor: str | None) -> int | None:
     return value
 
 
-def api_router(prefix: str, tag: str) -> APIRouter:
-    """A router of ``tag`` whose operations get ``operation_id``'s ids."""
-    return APIRouter(prefix=prefix, tags=[tag], generate_unique_id_function=operation_id)
+def api_router(prefix: str, tag: str, public: bool = False) -> APIRouter:
+    """A router of ``tag`` whose operations get ``operation_id``'s ids and, unless ``public``,
+    need an API key (``service.deps.get_principal``) and count against its rate limit
+    (``service.deps.limit_rate``: 429)."""
+    if public:
+        return APIRouter(prefix=prefix, tags=[tag], generate_unique_id_function=operation_id)
+    return APIRouter(
+        prefix=prefix,
+        tags=[tag],
+        generate_unique_id_function=operation_id,
+        dependencies=[Depends(get_principal), Depends(limit_rate)],
+        responses=problems(ProblemCode.RATE_LIMITED),
+    )
 
 
 def operation_id(route: APIRoute) -> str:

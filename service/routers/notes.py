@@ -12,7 +12,16 @@ from client.notes_models import CurveSelection
 from service import curves, notes
 from service.deps import IdemDep, StoreDep, TenantDep
 from service.errors import problems
-from service.routers.common import STUDY, TRIAL, WRITE, StudyId, TrialNumber, api_router, written
+from service.routers.common import (
+    STUDY,
+    TRIAL,
+    WRITE,
+    StudyId,
+    TrialFilter,
+    TrialNumber,
+    api_router,
+    written,
+)
 
 router = api_router("/v1/studies/{study_id}", "trials")
 
@@ -45,10 +54,11 @@ def curves_of_trials(
     ] = None,
     max_trials: Annotated[int, Query(ge=1, le=50)] = 10,
     max_points_per_trial: Annotated[int, Query(ge=2, le=500)] = 200,
+    filter: TrialFilter = None,
 ) -> StudyCurves:
     """The intermediate values (``report`` measurements) of at most ``max_trials`` trials of the
     selection, each downsampled on the server to at most ``max_points_per_trial`` steps (evenly
     spaced, always the first and the last): ``recent`` trials that reported, the ``best``
-    completed ones, or the ``running`` ones."""
-    query = curves.CurvesQuery(selection, objective, max_trials, max_points_per_trial)
+    completed ones, or the ``running`` ones; among those that meet ``filter``."""
+    query = curves.CurvesQuery(selection, objective, max_trials, max_points_per_trial, filter)
     return curves.study_curves(store, tenant, study_id, query)

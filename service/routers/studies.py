@@ -43,7 +43,10 @@ router = api_router("/v1/studies", "studies")
     "",
     response_model=StudyPublic,
     status_code=201,
-    responses=problems(*WRITE, *CONFIG, ProblemCode.INVALID_STUDY, ProblemCode.STUDY_EXISTS),
+    responses={
+        200: {"model": StudyPublic, "description": "A study of this name and config existed"},
+        **problems(*WRITE, *CONFIG, ProblemCode.INVALID_STUDY, ProblemCode.STUDY_EXISTS),
+    },
 )
 def create_study(body: StudyCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep) -> Response:
     return written(studies.create_study(store, tenant, body, idem))
@@ -170,7 +173,18 @@ def study_population(
     return population.study_population(store, tenant, study_id, max_units, max_checkpoints)
 
 
-@router.get("/{study_id}/export", response_model=StudyExport, responses=problems(*STUDY))
+@router.get(
+    "/{study_id}/export",
+    response_model=StudyExport,
+    responses={
+        200: {
+            "description": "The study as JSON (`format=json`, re-importable), or its trials as "
+            "CSV (`format=csv`, one row per trial)",
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+        },
+        **problems(*STUDY),
+    },
+)
 def export_study(
     study_id: StudyId,
     store: StoreDep,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import Query, Response
+from fastapi import Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from client.models import (
     AskRequest,
@@ -21,6 +22,7 @@ from client.models import (
     StudyPareto,
     StudyPoints,
     TellRequest,
+    TellResponse,
     TrialCreate,
     TrialPublic,
     TrialsPage,
@@ -34,12 +36,15 @@ from service import (
     pareto,
     points,
     progress,
+    suggestion_pool,
+    tell_ask,
     trial_fields,
     trials,
     units,
 )
-from service.deps import IdemDep, StoreDep, TenantDep
-from service.errors import problems
+from service.admission import ClientGone
+from service.deps import AdmissionDep, IdemDep, StoreDep, TenantDep
+from service.errors import ApiError, problems
 from service.routers.common import (
     CONFIG,
     JSON,
@@ -56,6 +61,9 @@ from service.routers.common import (
     written,
 )
 
+#: The status logged for an ask dropped because its client left (nobody reads it; nginx's).
+CLIENT_CLOSED_REQUEST = 499
+
 router = api_router("/v1/studies/{study_id}", "trials")
 
 
@@ -63,13 +71,34 @@ router = api_router("/v1/studies/{study_id}", "trials")
     "/ask",
     response_model=AskResponse,
     responses=problems(
-        *WRITE, *STUDY, *CONFIG, ProblemCode.STUDY_NOT_ACTIVE, ProblemCode.MAX_TRIALS_REACHED
+        *WRITE,
+        *STUDY,
+        *CONFIG,
+        ProblemCode.STUDY_NOT_ACTIVE,
+        ProblemCode.MAX_TRIALS_REACHED,
+        ProblemCode.STUDY_BUSY,
     ),
 )
-def ask(
-    study_id: StudyId, body: AskRequest, store: StoreDep, tenant: TenantDep, idem: IdemDep
+async def ask(
+    request: Request,
+    study_id: StudyId,
+    body: AskRequest,
+    store: StoreDep,
+    tenant: TenantDep,
+    idem: IdemDep,
+    admission: AdmissionDep,
 ) -> Response:
-    return written(asking.ask(store, tenant, study_id, body, idem))
+    if suggestion_pool.may_serve(store, study_id):
+        # Fresh pooled points need no engine: they do not wait behind asks that run it.
+        pooled = await run_in_threadpool(asking.ask_from_pool, store, tenant, study_id, body, idem)
+        if pooled is not None:
+            return written(pooled)
+    try:
+        return await admission.run(
+            study_id, request, lambda: written(asking.ask(store, tenant, study_id, body, idem))
+        )
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 @router.post(
@@ -209,18 +238,47 @@ def get_trial(
 
 @router.post(
     "/trials/{number}/tell",
-    response_model=TrialPublic,
+    response_model=TellResponse,
     responses=problems(*TRIAL_WRITE, *RESULTS, ProblemCode.CHECKPOINT_REQUIRED),
 )
-def tell(
+async def tell(
+    request: Request,
     study_id: StudyId,
     number: TrialNumber,
     body: TellRequest,
     store: StoreDep,
     tenant: TenantDep,
     idem: IdemDep,
+    admission: AdmissionDep,
 ) -> Response:
-    return written(trials.tell(store, tenant, study_id, number, body, idem))
+    """Finish the trial. Without ``ask``, the answer is the told trial (no ``next``). With
+    ``ask`` (the body of ``POST .../ask``), the next trials are asked for once the tell has
+    committed and come back in ``next``; if the ask part cannot serve (study not active,
+    ``max_trials`` reached, engine busy), the tell stands, ``next.trials`` is empty and
+    ``next.problem`` is the problem+json the ask would have answered. An ``Idempotency-Key``
+    replay returns the stored combined answer without asking again."""
+    told = await run_in_threadpool(tell_ask.tell, store, tenant, study_id, number, body, idem)
+    if not isinstance(told, TellResponse):
+        return written(told)
+    if suggestion_pool.may_serve(store, study_id):
+        pooled = await run_in_threadpool(
+            tell_ask.ask_after_from_pool, store, tenant, study_id, body, idem, told
+        )
+        if pooled is not None:
+            return written(pooled)
+    # The ask part waits for the study's turn like an ask, holding no thread meanwhile.
+    try:
+        return await admission.run(
+            study_id,
+            request,
+            lambda: written(tell_ask.ask_after(store, tenant, study_id, body, idem, told)),
+        )
+    except ApiError as busy:
+        # study_busy: the tell stands, ``next.problem`` says to ask again later.
+        return written(await run_in_threadpool(tell_ask.unserved, store, tenant, idem, told, busy))
+    except ClientGone:
+        # The tell stands; a retry with the same key finds it and asks once.
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 @router.post(

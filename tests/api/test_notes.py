@@ -3,6 +3,7 @@ curves of a study's trials (GET /v1/studies/{id}/measurements)."""
 
 import csv
 import io
+import json
 import time
 from datetime import datetime
 
@@ -191,6 +192,25 @@ def test_curves_of_recent_trials_are_downsampled_per_trial(on_both):
     assert body["trials"][0]["points"] == [{"step": 5, "values": {"value": 2.0}}]
     r = http.get(f"/v1/studies/{sid}/measurements", params={"max_trials": 2})
     assert r.json()["truncated"] and len(r.json()["trials"]) == 2
+
+
+def test_curves_follow_the_trial_filter(http):
+    """The dashboard's brushes filter the intermediate-value curves like every other view."""
+    sid = _study(http, objectives=[{"name": "value", "goal": "maximize"}])
+    trials = _ask(http, sid, count=3)
+    for t, final in zip(trials, (1.0, 3.0, 2.0), strict=True):
+        _report(http, sid, t["number"], 1, 0.5)
+        _tell(http, sid, t["number"], final)
+    kept = json.dumps({"values.value": {"min": 1.5}})
+    for selection in ("recent", "best"):
+        r = http.get(
+            f"/v1/studies/{sid}/measurements", params={"selection": selection, "filter": kept}
+        )
+        assert r.status_code == 200, r.text
+        numbers = {c["number"] for c in r.json()["trials"]}
+        assert numbers == {trials[1]["number"], trials[2]["number"]}
+    r = http.get(f"/v1/studies/{sid}/measurements", params={"filter": '{"nope": {"min": 1}}'})
+    assert r.status_code == 422 and r.json()["code"] == "validation_error"
 
 
 def test_curves_of_the_best_and_of_the_running_trials(http):

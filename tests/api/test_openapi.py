@@ -55,9 +55,14 @@ def test_every_operation_declares_the_errors_its_inputs_can_cause(document):
         assert "internal_error" in declared[500], where
         if operation.get("parameters") or "requestBody" in operation:
             assert "validation_error" in declared[422], where
-        if "requestBody" in operation:
+        body_types = set(operation.get("requestBody", {}).get("content", {}))
+        if "application/json" in body_types:
             assert "malformed_json" in declared[400], where
             assert "body_too_large" in declared[413], where
+        elif body_types:  # a raw body (a dataset upload, an artifact): its own limit
+            assert declared[413] & {"body_too_large", "dataset_too_large"}, where
+            if "text/csv" in body_types:  # a dataset upload: its media types
+                assert "unsupported_media_type" in declared.get(415, set()), where
         names = {p["name"] for p in operation.get("parameters", [])}
         if "Idempotency-Key" in names:
             assert {"invalid_idempotency_key", "idempotency_key_reused"} <= declared[409] | (
@@ -157,6 +162,31 @@ def _errors(http):
             {"json": {"iteration": 0, "grad_log_prob": []}},
             "shape_mismatch",
         ),
+        ("GET", "/v1/artifacts/missing.pt", {}, "artifact_not_found"),
+        ("DELETE", "/v1/artifacts/missing.pt", {}, "artifact_not_found"),
+        ("PUT", "/v1/artifacts/%2e%2e", {"content": b"x"}, "invalid_artifact_key"),
+        ("GET", "/v1/artifacts/%2e%2e", {}, "invalid_artifact_key"),
+        *_dataset_errors(),
+    ]
+
+
+def _dataset_errors():
+    csv = {"content-type": "text/csv"}
+    upload = "/v1/datasets?name=d&target=y&task=regression"
+    return [
+        ("POST", upload, {"content": b"", "headers": csv}, "dataset_empty"),
+        ("POST", upload, {"content": b"a,y\n1,2,3\n", "headers": csv}, "dataset_ragged"),
+        ("POST", upload, {"content": b"a,b\n1,2\n", "headers": csv}, "dataset_no_target"),
+        ("POST", upload, {"json": {}}, "unsupported_media_type"),
+        (
+            "POST",
+            upload.replace("=d&", "=iris&"),
+            {"content": b"", "headers": csv},
+            "dataset_exists",
+        ),
+        ("GET", "/v1/datasets/nope", {}, "dataset_not_found"),
+        ("GET", "/v1/datasets/nope/csv", {}, "dataset_not_found"),
+        ("DELETE", "/v1/datasets/nope", {}, "dataset_not_found"),
     ]
 
 

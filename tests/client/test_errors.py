@@ -12,11 +12,17 @@ from tests.conftest import FLOAT_X
 
 STATUS_CLASS = {
     400: errors.InvalidRequest,
+    401: errors.InvalidRequest,
+    403: errors.InvalidRequest,
     404: errors.NotFound,
     405: errors.InvalidRequest,
+    408: errors.InvalidRequest,
     409: errors.Conflict,
     413: errors.InvalidRequest,
+    415: errors.InvalidRequest,
     422: errors.InvalidRequest,
+    429: errors.Unavailable,
+    431: errors.InvalidRequest,
     500: errors.ApiError,
     503: errors.Unavailable,
 }

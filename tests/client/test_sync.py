@@ -106,6 +106,13 @@ def test_list_filters_and_the_trial_budget(client):
     assert study.update(max_trials=5).max_trials == 5
     assert study.update(state="paused").max_trials == 5
     assert study.update(max_trials=None).max_trials is None
+    # The settings change apart: setting one keeps the other, None restores the default.
+    pooled = client.create_study("pooled", [FLOAT_X], engine="gp", max_staleness=2)
+    assert pooled.info.max_staleness == 2 and pooled.info.max_trials is None
+    assert pooled.update(max_trials=4).max_staleness == 2
+    assert pooled.update(max_staleness=0).max_trials == 4
+    assert pooled.update(max_staleness=None).max_staleness is None
+    assert pooled.info.max_trials == 4
     assert "random" in client.engine_names()
 
 

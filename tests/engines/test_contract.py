@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from client.models import Unit as UnitModel
-from engines.base import History, Problem, Unit
+from engines.base import Engine, History, Problem, Unit
 from engines.errors import EngineUnsupported
 from engines.registry import engine_class, engine_names, make_engine
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
@@ -59,6 +59,16 @@ SCHEDULER_OPTIONS = {
 }
 
 
+#: ``auto`` delegates to ``gp`` on these problems, and gp's contract is checked already: here it
+#: delegates to ``random`` (a tiny expected budget), which checks auto's own wrapping (state,
+#: seeds, shapes) at a small cost; tests/engines/test_auto.py covers its choices.
+CONTRACT_OPTIONS: dict[str, dict[str, object]] = {"auto": {"expected_trials": 1}}
+
+
+def contract_engine(name: str) -> Engine:
+    return make_engine(name, CONTRACT_OPTIONS.get(name, {}))
+
+
 @pytest.fixture(params=POINT_ENGINES)
 def engine_name(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -72,12 +82,12 @@ def test_returns_exactly_count_points_in_the_cube(engine_name, problem_name, n_o
     limit = engine_class(engine_name).max_objectives
     if limit is not None and problem.n_objectives > limit:
         with pytest.raises(EngineUnsupported):
-            make_engine(engine_name).suggest(problem, history, 1, {}, np.random.default_rng(0))
+            contract_engine(engine_name).suggest(problem, history, 1, {}, np.random.default_rng(0))
         return
     before = copy.deepcopy(history)
     state: dict = {}
     for count in (1, 3):
-        proposal = make_engine(engine_name).suggest(
+        proposal = contract_engine(engine_name).suggest(
             problem, history, count, state, np.random.default_rng(0)
         )
         assert proposal.X.shape == (count, problem.d)
@@ -94,7 +104,7 @@ def test_a_constrained_study_with_nothing_feasible_yet_gets_json_details(engine_
     problem = PROBLEMS["constrained"]
     history = _history(problem, 12, pending=0)
     infeasible = History(history.X, history.Y, np.ones_like(history.C), history.X_pending)
-    proposal = make_engine(engine_name).suggest(
+    proposal = contract_engine(engine_name).suggest(
         problem, infeasible, 2, {}, np.random.default_rng(0)
     )
     assert proposal.X.shape == (2, problem.d)
@@ -105,17 +115,17 @@ def test_a_constrained_study_with_nothing_feasible_yet_gets_json_details(engine_
 def test_does_not_change_the_state_it_was_given(engine_name):
     problem = PROBLEMS["single"]
     history = _history(problem, 12, pending=1)
-    first = make_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(0))
+    first = contract_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(0))
     state = copy.deepcopy(first.state)
-    make_engine(engine_name).suggest(problem, history, 2, first.state, np.random.default_rng(1))
+    contract_engine(engine_name).suggest(problem, history, 2, first.state, np.random.default_rng(1))
     assert first.state == state
 
 
 def test_same_seed_same_proposal(engine_name):
     problem = PROBLEMS["single"]
     history = _history(problem, 12, pending=1)
-    a = make_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(5))
-    b = make_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(5))
+    a = contract_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(5))
+    b = contract_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(5))
     np.testing.assert_array_equal(a.X, b.X)
     assert a.state == b.state
 
@@ -125,10 +135,10 @@ import json, sys
 import numpy as np
 sys.path.insert(0, ".")
 from tests.engines.test_contract import PROBLEMS, _history
-from engines.registry import make_engine
+from tests.engines.test_contract import contract_engine
 problem = PROBLEMS["single"]
 history = _history(problem, 12, 1)
-p = make_engine(sys.argv[1]).suggest(problem, history, 2, {}, np.random.default_rng(5))
+p = contract_engine(sys.argv[1]).suggest(problem, history, 2, {}, np.random.default_rng(5))
 print(json.dumps(p.X.tolist()))
 """
 
@@ -150,7 +160,9 @@ def test_same_seed_same_proposal_in_a_fresh_process(engine_name):
 def test_a_one_parameter_space_gives_finite_points(engine_name):
     problem = Problem(SearchSpace([FloatParam("x", 0, 1)]))
     history = _history(problem, 5, pending=0)
-    proposal = make_engine(engine_name).suggest(problem, history, 2, {}, np.random.default_rng(0))
+    proposal = contract_engine(engine_name).suggest(
+        problem, history, 2, {}, np.random.default_rng(0)
+    )
     assert np.all(np.isfinite(proposal.X))
 
 

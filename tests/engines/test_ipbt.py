@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -117,6 +118,38 @@ def test_ipbt_beats_its_own_start_and_is_reproducible():
     best = min(u.y for u in a)
     first = min(u.y for u in a if u.spec["generation"] == 0)
     assert best < first - 0.3
+
+
+@dataclasses.dataclass
+class LaterAsksReseeded:
+    """The ipbt engine, with every ask after the first given a generator of ``other``: as if
+    a different number of asks had found a generation still training."""
+
+    engine: object
+    other: int
+
+    def suggest(self, problem, history, count, state, rng):
+        if state:
+            rng = np.random.default_rng([self.other, len(history.units)])
+        return self.engine.suggest(problem, history, count, state, rng)
+
+
+def test_the_generations_do_not_depend_on_how_many_asks_waited():
+    options = {"t_max": 400, "population_size": 4, "initial_step_share": 0.05}
+    runs = [
+        run(
+            LaterAsksReseeded(make_engine("ipbt", options), other),
+            LR,
+            curve_train,
+            accuracy,
+            np.zeros(1),
+            asynchronous=False,
+            seed=3,
+        )[0]
+        for other in (1, 2)
+    ]
+    assert len({u.spec["generation"] for u in runs[0]}) > 3
+    assert [u.spec for u in runs[0]] == [u.spec for u in runs[1]]
 
 
 @pytest.mark.parametrize(

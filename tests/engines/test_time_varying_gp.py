@@ -6,11 +6,15 @@ import botorch.fit
 import numpy as np
 import pytest
 import torch
+from gpytorch.mlls import ExactMarginalLogLikelihood
 from linear_operator.utils.errors import NotPSDError
 
 from engines.time_varying_gp import (
+    FIT_MAXITER,
+    WARM_MAXITER,
     copula,
     fit_time_varying_gp,
+    hyperparameters,
     lcb_in_trust_region,
     smoothed_improvement,
 )
@@ -19,9 +23,11 @@ from engines.time_varying_gp import (
 def test_the_smoothed_detector_sees_noisy_progress_and_a_plateau():
     rng = np.random.default_rng(0)
     progress = list(-np.linspace(0, 1, 12) + 0.05 * rng.standard_normal(12))
-    assert smoothed_improvement(progress)
+    improved, hypers = smoothed_improvement(progress)
+    assert improved
     worse = list(np.linspace(0, 1, 12))
-    assert not smoothed_improvement(worse)
+    assert not smoothed_improvement(worse)[0]
+    assert not smoothed_improvement(worse, hypers)[0]
 
 
 def test_copula_maps_ranks_to_normal_quantiles():
@@ -72,3 +78,38 @@ def test_a_fit_that_retries_does_not_depend_on_the_global_torch_generator(monkey
     assert len(attempts) == 4
     for name, value in fitted[0].items():
         assert torch.equal(value, fitted[1][name]), name
+
+
+def _likelihood(model) -> float:
+    model.train()
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    with torch.no_grad():
+        return float(mll(model(*model.train_inputs), model.train_targets))
+
+
+def test_a_warm_started_fit_reaches_a_cold_fits_likelihood_in_fewer_iterations(monkeypatch):
+    rng = np.random.default_rng(0)
+
+    def rows(n):
+        X = np.column_stack([rng.random((n, 3)), np.repeat(np.arange(n / 4), 4)[:n]])
+        y = np.sin(3 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(n)
+        return X, (y - y.mean()) / y.std()
+
+    previous = hyperparameters(fit_time_varying_gp(*rows(96)))
+    X, y = rows(100)
+    cold = _likelihood(fit_time_varying_gp(X, y))
+    iterations = []
+    original = botorch.fit._fit_fallback.__kwdefaults__["optimizer"]
+
+    def counting(mll, *args, **kwargs):
+        iterations.append(kwargs["options"]["maxiter"])
+        return original(mll, *args, **kwargs)
+
+    monkeypatch.setitem(botorch.fit._fit_fallback.__kwdefaults__, "optimizer", counting)
+    warm = _likelihood(fit_time_varying_gp(X, y, previous))
+    assert iterations == [WARM_MAXITER] and WARM_MAXITER < FIT_MAXITER
+    assert warm >= cold - 0.01 * abs(cold)
+    # Hyperparameters of another shape (another number of parameters) start a cold fit.
+    iterations.clear()
+    fit_time_varying_gp(X[:, 1:], y, previous)
+    assert iterations == [FIT_MAXITER]

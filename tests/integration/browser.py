@@ -32,8 +32,11 @@ class WatchedPage:
         return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    """Chromium, for one test module: Playwright's sync API keeps an event loop running in
+    the main thread while it is started, and a later module's ``asyncio.run`` (the async
+    client's tests) would fail on it."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -48,8 +51,25 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def watched(browser: object) -> Iterator[WatchedPage]:
-    """A fresh page (1280x900) recording console errors, page errors and failed requests."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    """A fresh page (1280x900) recording console errors, page errors and failed requests.
+
+    The page ignores the Content-Security-Policy: Playwright's ``wait_for_function`` and
+    string ``evaluate`` run their JavaScript through eval, which the pages' policy forbids.
+    ``csp_watched`` keeps the policy."""
+    yield from _watched_page(browser, bypass_csp=True)
+
+
+@pytest.fixture
+def csp_watched(browser: object) -> Iterator[WatchedPage]:
+    """Like ``watched``, but the pages' Content-Security-Policy holds: a violation is a console
+    error. Wait with selectors only (no ``wait_for_function``)."""
+    yield from _watched_page(browser, bypass_csp=False)
+
+
+def _watched_page(browser: object, bypass_csp: bool) -> Iterator[WatchedPage]:
+    context = browser.new_context(  # type: ignore[attr-defined]
+        viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp
+    )
     page = context.new_page()
     watched = WatchedPage(page)
     page.on(

@@ -27,11 +27,13 @@ import httpx
 import psycopg
 import pytest
 
+from service.transport import PROTOCOL
 from tests.conftest import scratch_database
 
 # The dashboard's browser fixtures, registered here once: two test modules importing them
 # would start Playwright twice in one session.
 from tests.integration.browser import browser as browser
+from tests.integration.browser import csp_watched as csp_watched
 from tests.integration.browser import watched as watched
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +133,11 @@ class Server:
 
     def start(self, timeout: float = START_TIMEOUT) -> Server:
         """Start and wait until /healthz answers and every worker finished its start-up."""
-        self.spawn()
+        return self.spawn().wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> Server:
+        """Wait until the spawned server's /healthz answers and every worker finished its
+        start-up."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         healthy = False
@@ -183,9 +189,12 @@ class Server:
             return ""
 
     def log_tail(self, lines: int = 150) -> str:
-        tail = self.log().splitlines()[-lines:]
-        return f"----- log of {self.url} ({self.log_path}), last {len(tail)} lines -----\n" + (
-            "\n".join(tail)
+        """The log's last lines but the access lines, which would push an error's traceback
+        out of a failed test's report."""
+        tail = [line for line in self.log().splitlines() if " ACCESS " not in line][-lines:]
+        return (
+            f"----- log of {self.url} ({self.log_path}), last {len(tail)} lines but the "
+            "access log -----\n" + "\n".join(tail)
         )
 
     def worker_pids(self) -> set[int]:
@@ -205,8 +214,8 @@ def start_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
     and wait until it is ready (or only spawn it, ``wait=False``).
 
     ``cli=False`` runs ``python -m uvicorn service.main:app --workers 2`` (the pid-logging
-    config); ``cli=True`` runs ``asktell serve --workers 2``. Every server is stopped at the
-    end of the test."""
+    config, ``asktell serve``'s HTTP protocol); ``cli=True`` runs ``asktell serve --workers 2``.
+    Every server is stopped at the end of the test."""
     started: list[Server] = []
     request.node.stash[SERVERS] = started
     log_config = tmp_path / "log-config.json"
@@ -228,10 +237,16 @@ def start_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
                 "127.0.0.1",
                 "--port",
                 str(port),
+                # What ``asktell serve`` runs: httptools with the header limits.
+                "--http",
+                PROTOCOL,
                 "--log-config",
                 str(log_config),
             ]
         log_path = tmp_path / f"server-{len(started)}-{port}.log"
+        if not cli:
+            # What ``asktell serve`` tells the app itself: it listens on loopback (auth off).
+            env = {"ASKTELL_HOST": "127.0.0.1", **env}
         server = Server(argv, server_env(database_url, **env), port, log_path)
         started.append(server)
         return server.start() if wait else server.spawn()
@@ -274,7 +289,10 @@ def pg_migrated_url(pg_server_url: str) -> str:
 
 def truncate_pg(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE measurements, trials, studies, samplers, idempotency_keys CASCADE")
+        conn.execute(
+            "TRUNCATE measurements, trials, jobs, datasets, studies, samplers,"
+            " idempotency_keys CASCADE"
+        )
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -286,6 +304,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url = request.getfixturevalue("pg_migrated_url")
     truncate_pg(url)
     return url
+
+
+#: The browser tests' mark: their server runs on PostgreSQL only, the backend of replicas whose
+#: live updates cross processes. The dashboard is a client of the API, whose answers on SQLite
+#: the API and curl tests check; running each browser test twice cost the suite minutes.
+ON_POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 
 @pytest.fixture

@@ -105,7 +105,8 @@ class Curl:
 def test_a_whole_study_with_curl(server: Server, tmp_path: Path) -> None:
     curl = Curl(server, tmp_path)
     assert curl.ok("GET", "/healthz") == {"status": "ok"}
-    assert curl.ok("GET", "/readyz") == {"status": "ready"}
+    ready = curl.ok("GET", "/readyz")
+    assert ready["status"] == "ready" and ready["revision"]
 
     study = curl.ok("POST", "/v1/studies", STUDY, status=201)
     sid = study["id"]

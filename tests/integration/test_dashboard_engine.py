@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.conftest import Server
+from tests.integration.conftest import ON_POSTGRESQL, Server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_POSTGRESQL]
 
 PARAMETERS = [
     {"type": "float", "name": "x", "low": -5.0, "high": 5.0},

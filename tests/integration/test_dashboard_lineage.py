@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
+from tests.integration.conftest import ON_POSTGRESQL
 from tests.integration.test_dashboard import api as api
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_POSTGRESQL]
 
 PARAMETERS = [
     {"type": "float", "name": "lr", "low": 0.001, "high": 1.0, "log": True},

@@ -12,12 +12,13 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
+from tests.integration.conftest import ON_POSTGRESQL
 
 # The API client fixture and the page helpers of the trial-page tests.
 from tests.integration.test_dashboard_trials import _eventually, _open
 from tests.integration.test_dashboard_trials import api as api
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_POSTGRESQL]
 
 PARAMETERS = [{"type": "float", "name": "x", "low": -5.0, "high": 5.0}]
 

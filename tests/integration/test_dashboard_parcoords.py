@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.conftest import Server
+from tests.integration.conftest import ON_POSTGRESQL, Server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_POSTGRESQL]
 
 CHOICES = ["relu", "tanh", "=1+1"]  # the last one a spreadsheet would run as a formula
 PARAMETERS = [
@@ -63,7 +63,7 @@ def api(server: Server) -> Iterator[httpx.Client]:
 @pytest.fixture
 def sid(api: httpx.Client) -> int:
     """40 trials asked by workers w-a and w-b in turn: 0..37 completed (loss x * x, acc n),
-    38 failed, 39 running."""
+    38 failed, 39 running; each reported a loss at step 1 before its end."""
     r = api.post(
         "/v1/studies",
         json={"name": "brush", "parameters": PARAMETERS, "objectives": OBJECTIVES},
@@ -75,6 +75,8 @@ def sid(api: httpx.Client) -> int:
     for i in range(TRIALS):
         r = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": ("w-a", "w-b")[i % 2]})
         assert r.json()["trials"][0]["number"] == i, r.text
+        report = {"step": 1, "values": {"loss": 1.0}}
+        assert api.post(f"/v1/studies/{sid}/trials/{i}/report", json=report).status_code == 201
         if i < TRIALS - 1:
             r = api.post(f"/v1/studies/{sid}/trials/{i}/tell", json=_told(i))
             assert r.status_code == 200, r.text
@@ -143,6 +145,10 @@ def test_brushing_the_parallel_coordinates_filters_every_view(server, api, sid, 
     finished = _history_points(api, sid, _shown_filter(watched))
     assert finished == len([i for i in in_range if i < 39]) < 39
     page.wait_for_function(f"document.getElementById('history').dataset.points === '{finished}'")
+    # The intermediate values: the 20 most recent trials that reported, among those kept.
+    curves = ",".join(str(i) for i in in_range[:20])
+    assert curves != ",".join(str(i) for i in reversed(range(TRIALS - 20, TRIALS)))
+    page.wait_for_function(f"document.getElementById('curves').dataset.trials === '{curves}'")
     assert "filtered: 1 condition (params.x)" in page.locator("#filter-summary").inner_text()
     assert page.locator("#page-info").inner_text() == (
         f"trials 1-{len(in_range)} of those that pass the filter"

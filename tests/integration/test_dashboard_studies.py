@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from tests.integration.browser import WatchedPage
-from tests.integration.conftest import Server
+from tests.integration.conftest import ON_POSTGRESQL, Server
 from tests.integration.test_dashboard import _completed, _open_study, _study
 from tests.integration.test_dashboard import api as api
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_POSTGRESQL]
 
 TWO = [
     {"name": "f1", "goal": "minimize", "reference": 10.0},

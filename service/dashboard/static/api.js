@@ -8,12 +8,48 @@ export class ApiError extends Error {
   }
 }
 
+// A server that needs API keys: the dashboard asks for one at its first 401 and keeps it for the
+// browser tab (sessionStorage), sent as the Bearer header, and as ?access_token= on the event
+// stream (EventSource cannot send headers).
+const KEY_ITEM = "asktell-api-key";
+let asking = null;
+
+function withKey(init) {
+  const key = sessionStorage.getItem(KEY_ITEM);
+  if (!key) return init;
+  return { ...init, headers: { ...init.headers, Authorization: `Bearer ${key}` } };
+}
+
+// Asks once for every request that got a 401 at the same time.
+function askForKey() {
+  asking ??= Promise.resolve().then(() => {
+    const key = window.prompt("This server needs an API key (asktell keys create --scope read):");
+    if (key && key.trim()) sessionStorage.setItem(KEY_ITEM, key.trim());
+    asking = null;
+    return Boolean(key && key.trim());
+  });
+  return asking;
+}
+
+async function authorizedFetch(url, init) {
+  const response = await fetch(url, withKey(init));
+  if (response.status !== 401 || !(await askForKey())) return response;
+  return fetch(url, withKey(init));
+}
+
+function eventsUrl(path) {
+  const url = new URL(path, window.location.origin);
+  const key = sessionStorage.getItem(KEY_ITEM);
+  if (key) url.searchParams.set("access_token", key);
+  return url;
+}
+
 export async function getJson(path, query = {}) {
   const url = new URL(path, window.location.origin);
   for (const [key, value] of Object.entries(query)) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(key, value);
   }
-  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  const response = await authorizedFetch(url, { headers: { Accept: "application/json" } });
   const body = await response.json().catch(() => null);
   if (!response.ok) throw new ApiError(response.status, body);
   return body;
@@ -63,21 +99,25 @@ export function subscribe(studyId, onChange, onError = console.warn) {
     running = false;
   }
 
-  // EventSource reconnects by itself, resuming with Last-Event-ID.
-  const events = new EventSource(`/v1/studies/${studyId}/events`);
-  for (const kind of STUDY_EVENTS) events.addEventListener(kind, refresh);
+  // EventSource reconnects by itself, resuming with Last-Event-ID. It opens after the first
+  // refresh, which asks for a key when the server needs one.
+  let events = null;
   const timer = setInterval(refresh, FALLBACK_POLL_MS);
-  refresh();
+  refresh().then(() => {
+    if (stopped) return;
+    events = new EventSource(eventsUrl(`/v1/studies/${studyId}/events`));
+    for (const kind of STUDY_EVENTS) events.addEventListener(kind, refresh);
+  });
   return () => {
     stopped = true;
-    events.close();
+    if (events) events.close();
     clearInterval(timer);
   };
 }
 
 // The dashboard's writes (its controls): the same public API calls as any worker's.
 export async function sendJson(method, path, body) {
-  const response = await fetch(path, {
+  const response = await authorizedFetch(path, {
     method,
     headers: { "Content-Type": "application/json", Accept: "application/json" },
     body: JSON.stringify(body),

@@ -1,8 +1,10 @@
 // The intermediate values (the `report` curves) of a study's trials on the study page: the
 // recent or the best trials that reported, from GET /v1/studies/{id}/measurements (a bounded
-// number of trials, each downsampled on the server), one line per trial, redrawn live.
+// number of trials, each downsampled on the server), one line per trial, redrawn live and
+// when the page's trial filter changes (only the trials it keeps).
 /* global Plotly */
 import { getJson } from "./api.js";
+import { filterQuery, onFilterChange } from "./filters.js";
 import { el } from "./format.js";
 
 const MAX_TRIALS = 20;
@@ -40,14 +42,18 @@ export class IntermediateValues {
       el("option", { value: "best" }, "best trials"),
     );
     controlNode.replaceChildren(el("label", {}, "of the ", this.selection));
+    onFilterChange(() => this.show());
   }
 
   async show() {
+    const filter = filterQuery();
     const curves = await getJson(`/v1/studies/${this.studyId}/measurements`, {
       selection: this.selection.value,
       max_trials: MAX_TRIALS,
       max_points_per_trial: MAX_POINTS,
+      filter,
     });
+    if (filter !== filterQuery()) return; // the filter changed meanwhile: a later call draws
     const points = curves.trials.reduce((sum, c) => sum + c.points.length, 0);
     this.node.dataset.trials = curves.trials.map((c) => c.number).join(",");
     this.node.dataset.points = points;

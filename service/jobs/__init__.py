@@ -1,0 +1,1 @@
+"""Tuning jobs the server runs itself: datasets, workloads, artifacts, workers, the runner."""

@@ -1,0 +1,190 @@
+"""Where a job's workers run: ``local`` processes of the server, or ``ray`` tasks.
+
+Either way a worker is ``service.jobs.worker``'s loop, reaching the server over HTTP only (the
+API and the artifact store through it), so a Ray task may run on any node of the cluster. The
+runner sees a ``WorkerProcess``: ``poll`` (the exit code once it ended), ``terminate``, ``kill``,
+``wait`` and ``tail`` (the end of its log, quoted in a failed job's error).
+
+- ``LocalWorker``: ``python -m service.jobs.worker`` as a child process, its stderr in a log file.
+- ``RayWorker``: one Ray task (``run_worker``) per worker with the job's ``resources``
+  (``num_cpus``, ``num_gpus``), ``max_retries=0``: when its Ray worker process dies (killed, its
+  node lost) the task fails, the runner starts another worker and re-serves the dead one's unit
+  from the same start. ``terminate`` cancels the task (a ``KeyboardInterrupt`` in it), ``kill``
+  force-cancels it (its Ray worker process is killed).
+
+Ray is an optional extra (``asktell[ray]``): it is imported only when a Ray job runs, and the
+server connects (``ray.init``) with its first Ray job: to ``ASKTELL_RAY_ADDRESS``, or to a local
+instance it starts (its worker processes inherit the server's environment, ``PYTHONPATH``
+included).
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import logging
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from client.models import WorkerResources
+from service.jobs.worker import EXIT_ERROR, EXIT_STOPPED
+from service.settings import Settings
+
+log = logging.getLogger("asktell.jobs")
+
+RAY_EXTRA = "asktell[ray]"
+#: Lines of a worker's log kept for a failed job's error.
+TAIL_LINES = 15
+
+
+class WorkerProcess(Protocol):
+    def poll(self) -> int | None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float) -> int:
+        """The exit code; raises ``subprocess.TimeoutExpired`` if still running after
+        ``timeout`` seconds."""
+        ...
+
+    def tail(self) -> str: ...
+
+
+def ray_installed() -> bool:
+    """Whether ``import ray`` would find Ray (without importing it: that takes a second)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except ValueError:  # sys.modules["ray"] is None: its import is blocked
+        return False
+
+
+# --- local --------------------------------------------------------------------------------
+
+
+class LocalWorker:
+    """A worker as a child process of this server."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as stderr:
+            self.proc = subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+            )
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def terminate(self) -> None:
+        self.proc.terminate()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-TAIL_LINES:])
+
+
+# --- ray ----------------------------------------------------------------------------------
+
+_ray_lock = threading.Lock()
+
+
+def _ray(settings: Settings) -> Any:
+    """The ``ray`` module, connected: to ``settings.ray_address``, or to a local instance
+    started now (once per process)."""
+    import ray
+
+    with _ray_lock:
+        if not ray.is_initialized():
+            started = time.monotonic()
+            ray.init(
+                address=settings.ray_address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            where = settings.ray_address or "a local instance"
+            log.info("connected to Ray (%s) in %.1f s", where, time.monotonic() - started)
+    return ray
+
+
+def run_worker(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """The body of a Ray task: one job worker's loop in this Ray worker process; its exit
+    code and the end of its log."""
+    from service.jobs import worker
+
+    lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+
+    class Tail(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    os.environ.update(env)
+    handler = Tail()
+    logging.getLogger().addHandler(handler)
+    try:
+        code = worker.main(argv, child_of_server=False)
+    except Exception:
+        logging.getLogger("asktell.worker").exception("the worker failed")
+        code = EXIT_ERROR
+    finally:
+        logging.getLogger().removeHandler(handler)
+    return code, "\n".join(lines)
+
+
+class RayWorker:
+    """A worker as a Ray task."""
+
+    def __init__(
+        self, settings: Settings, argv: list[str], env: dict[str, str], resources: WorkerResources
+    ) -> None:
+        self.ray = _ray(settings)
+        task = self.ray.remote(
+            num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_retries=0
+        )(run_worker)
+        self.ref = task.remote(argv, env)
+        self.code: int | None = None
+        self.log = ""
+
+    def poll(self) -> int | None:
+        if self.code is None:
+            ready, _ = self.ray.wait([self.ref], timeout=0)
+            if ready:
+                self._collect()
+        return self.code
+
+    def _collect(self) -> None:
+        try:
+            self.code, self.log = self.ray.get(self.ref)
+        except self.ray.exceptions.TaskCancelledError:
+            self.code, self.log = EXIT_STOPPED, "cancelled"
+        except self.ray.exceptions.RayError as exc:  # its process or node died
+            self.code, self.log = 1, f"the Ray worker died: {exc}"
+
+    def terminate(self) -> None:
+        self.ray.cancel(self.ref, force=False)
+
+    def kill(self) -> None:
+        self.ray.cancel(self.ref, force=True)
+
+    def wait(self, timeout: float) -> int:
+        ready, _ = self.ray.wait([self.ref], timeout=timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired("ray task", timeout)
+        self._collect()
+        assert self.code is not None
+        return self.code
+
+    def tail(self) -> str:
+        return self.log

@@ -1,0 +1,173 @@
+"""Background refills of the suggestion pools (``service.suggestion_pool``).
+
+After each tell, and after each ask, of a study whose engine is pooled, the server asks a
+refill of the study's pool. A refill runs in a background thread and takes the locks an ask
+that runs the engine takes (the study's in-process lock, the PostgreSQL advisory lock), so
+engine-state updates stay serialized. It reads the history with the trials waiting or running
+as pending, has the engine compute a batch (twice the running trials, plus two; at most
+``suggestion_pool.MAX_BATCH``: the pool lasts while the next refill computes) through the
+ask's engine call (``service.suggest``: in an engine process, within the server's time budget;
+an abandoned call stores nothing), and in one write transaction replaces the pool and stores
+the engine state, if no ask ran the engine meanwhile
+(``ask_count`` unchanged; else it computes again).
+
+Single flight per study in a process: a refill asked while one runs makes that one run once
+more when it ends, so a burst of tells costs at most two refills. Any replica may refill.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.engine import Connection, Row
+
+from engines.base import History, Proposal
+from service import suggestion_pool
+from service.ask import (
+    _ASK_LOCK,
+    _STUDY_COLUMNS,
+    PENDING_STATES,
+    _VersionMoved,
+)
+from service.errors import ApiError
+from service.history import load_history, stack_points
+from service.problem import ParsedStudy
+from service.store import Store, find_study, studies_t, trials_t, utcnow
+from service.suggest import suggest
+
+log = logging.getLogger("asktell.pool")
+
+#: Threads that run refills at once (of different studies).
+REFILL_THREADS = 2
+#: Computations a refill tries before giving up when asks or other processes' refills keep
+#: storing an engine state meanwhile (SQLite served by several processes has no shared lock).
+_ATTEMPTS = 12
+
+_PENDING = select(trials_t.c.x, trials_t.c.state).where(
+    trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES)
+)
+_STUDY_AFTER_REFILL = (
+    update(studies_t)
+    .where(studies_t.c.id == bindparam("study_id"))
+    .values(
+        revision=studies_t.c.revision + 1,
+        updated_at=bindparam("now"),
+        engine_state=bindparam("engine_state", type_=studies_t.c.engine_state.type),
+        ask_count=studies_t.c.ask_count + 1,
+    )
+)
+
+
+class PoolRefiller:
+    """The refills of one process: a thread pool, and which studies are refilling."""
+
+    def __init__(self, store: Store, threads: int = REFILL_THREADS) -> None:
+        self._store = store
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="pool-refill")
+        self._guard = threading.Lock()
+        self._running: set[int] = set()
+        self._again: set[int] = set()
+
+    def request(self, tenant_id: int, study_id: int) -> None:
+        """Refill the study's pool in the background: now, or once more after the running
+        refill of the study (which read the study before this change)."""
+        with self._guard:
+            if study_id in self._running:
+                self._again.add(study_id)
+                return
+            self._running.add(study_id)
+        self._executor.submit(self._run, tenant_id, study_id)
+
+    def _run(self, tenant_id: int, study_id: int) -> None:
+        while True:
+            try:
+                refill(self._store, tenant_id, study_id)
+            except Exception:  # the next tell asks again; the asks compute inline meanwhile
+                log.exception("refilling the suggestion pool of study %d failed", study_id)
+            with self._guard:
+                if study_id not in self._again:
+                    self._running.discard(study_id)
+                    return
+                self._again.discard(study_id)
+
+    def stop(self) -> None:
+        """Drop the refills not started and wait for the running ones."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def refill(store: Store, tenant_id: int, study_id: int) -> bool:
+    """Compute and store the study's next pool; False when there is none to compute (study
+    not active or deleted, ``max_staleness`` 0) or asks kept running the engine meanwhile."""
+    parsed = store.parsed_study_for(study_id)
+    with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
+        for attempt in range(_ATTEMPTS):
+            snap = store.db.read(lambda c: _snapshot(c, store, tenant_id, study_id, parsed))
+            if snap is None:
+                return False
+            study, history, size = snap
+            # In an engine process, within the server's time budget, as an ask's engine call.
+            proposal = suggest(
+                parsed, study, history, size, store.engine_pool, store.engine_pool.budget
+            )
+            if any("time_budget_seconds" in detail for detail in proposal.details):
+                return False  # abandoned (``suggest.fallback``): Sobol points are no batch
+
+            def store_batch(
+                c: Connection,
+                study: Row = study,
+                history: History = history,
+                proposal: Proposal = proposal,
+            ) -> None:
+                _store(c, tenant_id, study, history, proposal)
+
+            try:
+                store.db.write(store_batch)
+            except _VersionMoved:
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
+                continue
+            except ApiError:  # deleted, paused or completed meanwhile
+                return False
+            return True
+    log.warning(
+        "study %d: no refill stored after %d attempts; the next tell asks again",
+        study_id,
+        _ATTEMPTS,
+    )
+    return False
+
+
+def _snapshot(
+    conn: Connection, store: Store, tenant_id: int, study_id: int, parsed: ParsedStudy
+) -> tuple[Row, History, int] | None:
+    try:
+        study = find_study(conn, tenant_id, study_id, require_active=True, columns=_STUDY_COLUMNS)
+    except ApiError:
+        return None
+    if suggestion_pool.max_staleness(conn, study_id) == 0:
+        return None
+    pending = conn.execute(_PENDING, {"study_id": study_id}).all()
+    X_pending = stack_points([r.x for r in pending], parsed.problem.d)
+    running = sum(r.state == "running" for r in pending)
+    size = min(2 * (running + 1), suggestion_pool.MAX_BATCH)
+    return study, load_history(conn, study_id, parsed, X_pending, store.history), size
+
+
+def _store(
+    conn: Connection, tenant_id: int, study: Row, history: History, proposal: Proposal
+) -> None:
+    columns = ("state", "ask_count")
+    row = find_study(
+        conn, tenant_id, study.id, for_update=True, require_active=True, columns=columns
+    )
+    if row.ask_count != study.ask_count:
+        raise _VersionMoved
+    now = utcnow()
+    suggestion_pool.replace_pool(conn, study.id, proposal, history, study.revision)
+    params: dict[str, Any] = {"study_id": study.id, "now": now, "engine_state": proposal.state}
+    conn.execute(_STUDY_AFTER_REFILL, params)

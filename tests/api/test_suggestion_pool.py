@@ -1,0 +1,214 @@
+"""The suggestion pool through the HTTP API, on SQLite and PostgreSQL: an ask serves a fresh
+pooled point and its details say so, a point older than ``max_staleness`` finished trials is
+not served, ``max_staleness`` 0 never serves from the pool, a point told since is dropped, and
+an ask that ran the engine empties the pool.
+
+The refills run when the test says (``refill``): the app's background refiller is replaced by a
+recorder of the refills it would have asked. ``gp`` on two parameters proposes its first five
+points from its Sobol stream, so no model is fitted here."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from service import pool_refill
+from service.app import create_app
+from service.db.models import DEFAULT_TENANT_ID
+from service.pool_refill import refill
+from service.settings import Settings
+from service.store import Store
+from service.suggestion_pool import suggestions_t
+from tests.conftest import study_body
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def pooled(request):
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    app = create_app(Settings(database_url=url, reaper_interval=0.2, suggestion_pool=True))
+    with TestClient(app) as http:
+        store: Store = app.state.store
+        asked: list[int] = []
+        store.refill_pool = lambda tenant_id, study_id: asked.append(study_id)
+        http.asked = asked
+        http.store = store
+        yield http
+
+
+def _study(http, **fields) -> int:
+    r = http.post("/v1/studies", json=study_body(engine={"name": "gp"}, seed=3, **fields))
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+def _ask(http, sid: int, count: int = 1) -> list[dict]:
+    r = http.post(f"/v1/studies/{sid}/ask", json={"count": count})
+    assert r.status_code == 200, r.text
+    return r.json()["trials"]
+
+
+def _tell(http, sid: int, trial: dict) -> None:
+    p = trial["params"]
+    r = http.post(
+        f"/v1/studies/{sid}/trials/{trial['number']}/tell",
+        json={"values": {"value": p["x"] ** 2 + p["y"] ** 2}},
+    )
+    assert r.status_code == 200, r.text
+
+
+def _pool(http, sid: int) -> list[tuple[dict, int, int]]:
+    """The study's pooled points as params, with their revision and batch size."""
+    store = http.store
+    parsed = store.parsed_study_for(sid)
+    query = (
+        select(suggestions_t.c.x, suggestions_t.c.revision, suggestions_t.c.batch_size)
+        .where(suggestions_t.c.study_id == sid)
+        .order_by(suggestions_t.c.id)
+    )
+    rows = store.db.read(lambda c: c.execute(query).all())
+    return [(parsed.space.decode(np.frombuffer(r.x)), r.revision, r.batch_size) for r in rows]
+
+
+def _version(http, sid: int) -> int:
+    return http.get(f"/v1/studies/{sid}").json()["engine_state_version"]
+
+
+def test_an_ask_takes_the_oldest_fresh_pooled_point_and_says_so(pooled):
+    http = pooled
+    sid = _study(http)
+    (first,) = _ask(http, sid)
+    assert "pool" not in first["details"]
+    assert http.asked == [sid]  # the ask asked a refill: its trial is pending now
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    pool = _pool(http, sid)
+    # One trial running: the batch is twice what it and one more worker would ask for.
+    assert [size for _, _, size in pool] == [4, 4, 4, 4]
+    revision = pool[0][1]
+    assert _version(http, sid) == 2  # the refill stored the engine state it returned
+
+    (second,) = _ask(http, sid)
+    assert second["params"] == pool[0][0]
+    assert second["details"]["source"] == "sobol"  # the engine's own details stay
+    assert second["details"]["pool"] == {"revision": revision, "finished_since": 0}
+    assert _version(http, sid) == 2  # served without the engine: its state stays
+    assert _pool(http, sid) == pool[1:]  # taken once, by one worker
+    assert len({(t["params"]["x"], t["params"]["y"]) for t in (first, second)}) == 2
+
+
+def test_a_point_older_than_max_staleness_finished_trials_is_not_served(pooled):
+    http = pooled
+    sid = _study(http, max_staleness=1)
+    assert http.get(f"/v1/studies/{sid}").json()["max_staleness"] == 1
+    running = _ask(http, sid, count=3)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    assert len(_pool(http, sid)) == 8
+    _tell(http, sid, running[0])
+    assert http.asked.count(sid) == 2  # after the ask and after the tell
+    (one_since,) = _ask(http, sid)
+    assert one_since["details"]["pool"]["finished_since"] == 1
+    _tell(http, sid, running[1])
+    version = _version(http, sid)
+    (two_since,) = _ask(http, sid)  # the pool's points saw neither tell: too old
+    assert "pool" not in two_since["details"]
+    assert _version(http, sid) == version + 1
+    assert _pool(http, sid) == []  # an ask that ran the engine empties the pool
+
+
+def test_by_default_a_batch_stays_fresh_for_its_size_at_most_its_history_s(pooled):
+    http = pooled
+    sid = _study(http)
+
+    def finish_one(x: float) -> None:  # a trial added with its value: finished since
+        body = {"params": {"x": x, "y": 0.5}, "values": {"value": x}}
+        assert http.post(f"/v1/studies/{sid}/trials", json=body).status_code == 201
+
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)  # nothing finished yet: fresh for one
+    finish_one(1.0)
+    finish_one(2.0)
+    (inline,) = _ask(http, sid)
+    assert "pool" not in inline["details"]
+    _tell(http, sid, inline)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)  # three finished: a batch of 2 x (0 + 1)
+    assert {size for _, _, size in _pool(http, sid)} == {2}
+    finish_one(3.0)
+    finish_one(4.0)
+    (served,) = _ask(http, sid)
+    assert served["details"]["pool"]["finished_since"] == 2
+    finish_one(-1.0)
+    (again,) = _ask(http, sid)  # three finished since the batch of two
+    assert "pool" not in again["details"]
+
+
+def test_max_staleness_zero_never_serves_from_the_pool(pooled):
+    http = pooled
+    sid = _study(http)
+    _ask(http, sid)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    assert len(_pool(http, sid)) == 4
+    r = http.patch(f"/v1/studies/{sid}", json={"max_staleness": 0})
+    assert r.status_code == 200 and r.json()["max_staleness"] == 0
+    (trial,) = _ask(http, sid)
+    assert "pool" not in trial["details"]
+    assert not refill(http.store, DEFAULT_TENANT_ID, sid)  # nothing to compute either
+    assert _pool(http, sid) == []
+    r = http.patch(f"/v1/studies/{sid}", json={"max_staleness": None})
+    assert r.status_code == 200 and r.json()["max_staleness"] is None
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+
+
+def test_a_pooled_point_told_since_is_dropped(pooled):
+    http = pooled
+    sid = _study(http)
+    _ask(http, sid)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    (told, _, _), (kept, _, _), *_ = _pool(http, sid)
+    # A user tells the pool's first point (a trial added with its values: completed).
+    r = http.post(f"/v1/studies/{sid}/trials", json={"params": told, "values": {"value": 1.0}})
+    assert r.status_code == 201, r.text
+    (served,) = _ask(http, sid)
+    assert served["params"] == kept
+    assert served["details"]["pool"]["finished_since"] == 1
+
+
+def test_refills_of_a_study_run_one_at_a_time_and_once_more_after_a_request_meanwhile(
+    monkeypatch,
+):
+    started, release, runs = threading.Event(), threading.Event(), []
+
+    def slow_refill(store, tenant_id, study_id):
+        runs.append(study_id)
+        started.set()
+        release.wait(timeout=10)
+        return True
+
+    monkeypatch.setattr(pool_refill, "refill", slow_refill)
+    refiller = pool_refill.PoolRefiller(store=None)  # type: ignore[arg-type]
+    refiller.request(DEFAULT_TENANT_ID, 7)
+    assert started.wait(timeout=10)
+    for _ in range(3):  # a burst of tells while the refill runs
+        refiller.request(DEFAULT_TENANT_ID, 7)
+    release.set()
+    refiller.stop()
+    assert runs == [7, 7]
+
+
+def test_a_tell_and_ask_takes_its_next_trial_from_the_pool(pooled):
+    http = pooled
+    sid = _study(http)
+    (trial,) = _ask(http, sid)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    (first, revision, _), *_ = _pool(http, sid)
+    p = trial["params"]
+    r = http.post(
+        f"/v1/studies/{sid}/trials/{trial['number']}/tell",
+        json={"values": {"value": p["x"] ** 2 + p["y"] ** 2}, "ask": {"count": 1}},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "completed"
+    (following,) = r.json()["next"]["trials"]
+    assert following["params"] == first
+    assert following["details"]["pool"] == {"revision": revision, "finished_since": 1}

@@ -1,0 +1,222 @@
+"""Tell-and-ask: a tell with ``"ask"`` returns the told trial and the next trials; the tell
+stands when the ask part cannot serve; an Idempotency-Key replay asks nothing again. On SQLite
+and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_test_client, study_body
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def api(request: pytest.FixtureRequest) -> Iterator[TestClient]:
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    with make_test_client(request.getfixturevalue(name)) as test_client:
+        yield test_client
+
+
+def _study(api: TestClient, **fields: object) -> int:
+    return api.post("/v1/studies", json=study_body(**fields)).json()["id"]
+
+
+def _ask_one(api: TestClient, sid: int) -> int:
+    (trial,) = api.post(f"/v1/studies/{sid}/ask", json={"worker_id": "w"}).json()["trials"]
+    return trial["number"]
+
+
+def _tell(api: TestClient, sid: int, number: int, ask: dict | None, key: str | None = None):
+    body: dict[str, object] = {"values": {"value": float(number)}}
+    if ask is not None:
+        body["ask"] = ask
+    headers = {"Idempotency-Key": key} if key else {}
+    return api.post(f"/v1/studies/{sid}/trials/{number}/tell", json=body, headers=headers)
+
+
+def _counts(api: TestClient, sid: int) -> dict[str, int]:
+    return api.get(f"/v1/studies/{sid}").json()["trial_counts"]
+
+
+def test_a_tell_with_ask_returns_the_told_trial_and_the_next_ones(api):
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    r = _tell(api, sid, number, {"count": 2, "worker_id": "w", "lease_seconds": 60})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["number"] == number and body["state"] == "completed"
+    assert body["values"] == {"value": float(number)}
+    nxt = body["next"]
+    assert [t["number"] for t in nxt["trials"]] == [number + 1, number + 2]
+    assert all(t["state"] == "running" and t["worker_id"] == "w" for t in nxt["trials"])
+    assert nxt["problem"] is None and nxt["finished"] is False
+    assert _counts(api, sid) == {"completed": 1, "running": 2}
+
+
+def test_a_tell_without_ask_answers_as_before(api):
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    body = _tell(api, sid, number, None).json()
+    assert "next" not in body
+    assert body == api.get(f"/v1/studies/{sid}/trials/{number}").json()
+
+
+def test_a_replay_returns_the_same_next_trials_and_creates_none(api):
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    first = _tell(api, sid, number, {"count": 1, "worker_id": "w"}, key="k1")
+    again = _tell(api, sid, number, {"count": 1, "worker_id": "w"}, key="k1")
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content
+    assert len(first.json()["next"]["trials"]) == 1
+    assert _counts(api, sid) == {"completed": 1, "running": 1}
+    # Another request under the key is a conflict, as for any write.
+    r = _tell(api, sid, number, {"count": 2, "worker_id": "w"}, key="k1")
+    assert r.status_code == 409 and r.json()["code"] == "idempotency_key_reused"
+
+
+def test_a_retry_after_the_tell_committed_alone_asks_once(api):
+    """The tell's answer is stored under its own key: a retry whose first attempt told but did
+    not ask (the server died in between) tells nothing twice and asks once."""
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    # The first attempt: the tell part committed, then the study was paused (ask refused).
+    api.patch(f"/v1/studies/{sid}", json={"state": "paused"})
+    refused = _tell(api, sid, number, {"count": 1}, key="k2").json()
+    assert refused["state"] == "completed" and refused["next"]["trials"] == []
+    api.patch(f"/v1/studies/{sid}", json={"state": "active"})
+    again = _tell(api, sid, number, {"count": 1}, key="k2").json()
+    assert again == refused  # the stored combined answer: no second ask
+    assert _counts(api, sid) == {"completed": 1}
+
+
+def test_the_tell_stands_when_the_study_is_paused(api):
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    api.patch(f"/v1/studies/{sid}", json={"state": "paused"})
+    r = _tell(api, sid, number, {"count": 1})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["state"] == "completed"
+    nxt = body["next"]
+    assert nxt["trials"] == [] and nxt["problem"]["code"] == "study_not_active"
+    assert nxt["problem"]["status"] == 409
+    assert _counts(api, sid) == {"completed": 1}
+
+
+def test_the_tell_stands_when_max_trials_is_reached(api):
+    sid = _study(api, max_trials=1)
+    number = _ask_one(api, sid)
+    body = _tell(api, sid, number, {"count": 1}).json()
+    assert body["state"] == "completed"
+    assert body["next"]["problem"]["code"] == "max_trials_reached"
+    assert _counts(api, sid) == {"completed": 1}
+
+
+def test_a_failed_tell_asks_nothing(api):
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    _tell(api, sid, number, None)
+    r = _tell(api, sid, number, {"count": 1})
+    assert r.status_code == 409 and r.json()["code"] == "trial_finished"
+    assert _counts(api, sid) == {"completed": 1}
+
+
+def test_bad_ask_bodies_are_422(api):
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    for bad in ({"count": 0}, {"count": 1001}, {"lease_seconds": 0.001}, {"nope": 1}):
+        r = _tell(api, sid, number, bad)
+        assert r.status_code == 422 and r.json()["code"] == "validation_error", bad
+    assert _counts(api, sid) == {"running": 1}
+
+
+def test_a_scheduler_unit_tell_asks_for_the_next_unit(api):
+    lr = {"type": "float", "name": "lr", "low": 0.001, "high": 1.0, "log": True}
+    engine = {
+        "name": "pbt",
+        "options": {"t_max": 20, "population_size": 2, "interval": 10, "synchronous": True},
+    }
+    body = {
+        "name": "pbt",
+        "parameters": [lr],
+        "objectives": [{"name": "accuracy", "goal": "maximize"}],
+        "engine": engine,
+        "seed": 1,
+    }
+    sid = api.post("/v1/studies", json=body).json()["id"]
+    units = api.post(f"/v1/studies/{sid}/ask", json={"count": 2}).json()["trials"]
+    assert [u["unit"]["to_step"] for u in units] == [10, 10]
+    url = f"/v1/studies/{sid}/trials/{{}}/tell"
+    told = {"values": {"accuracy": 0.5}, "checkpoint": "c0", "ask": {"count": 1}}
+    first = api.post(url.format(units[0]["number"]), json=told).json()
+    # Generation 0 is still training (the other unit): nothing to hand out yet.
+    assert first["state"] == "completed" and first["next"]["trials"] == []
+    assert first["next"]["retry_after"] > 0 and first["next"]["problem"] is None
+    told = {**told, "checkpoint": "c1"}
+    second = api.post(url.format(units[1]["number"]), json=told).json()
+    (unit,) = second["next"]["trials"]
+    assert unit["unit"]["from_step"] == 10 and unit["unit"]["to_step"] == 20
+
+
+def _pbt_study(api: TestClient) -> int:
+    """A pbt study: its engine reads observations, so the tell and the ask part commit apart."""
+    lr = {"type": "float", "name": "lr", "low": 0.001, "high": 1.0, "log": True}
+    body = {
+        "name": "pbt-keys",
+        "parameters": [lr],
+        "objectives": [{"name": "accuracy", "goal": "maximize"}],
+        "engine": {"name": "pbt", "options": {"t_max": 30, "population_size": 3, "interval": 10}},
+        "seed": 1,
+    }
+    return api.post("/v1/studies", json=body).json()["id"]
+
+
+def _tell_unit(api: TestClient, sid: int, number: int, key: str):
+    body = {"values": {"accuracy": 0.5}, "checkpoint": f"c{number}", "ask": {"count": 1}}
+    url = f"/v1/studies/{sid}/trials/{number}/tell"
+    return api.post(url, json=body, headers={"Idempotency-Key": key})
+
+
+def test_a_replay_on_a_scheduler_study_asks_nothing_again(api):
+    sid = _pbt_study(api)
+    units = api.post(f"/v1/studies/{sid}/ask", json={"count": 3}).json()["trials"]
+    first = _tell_unit(api, sid, units[0]["number"], "u1")
+    (unit,) = first.json()["next"]["trials"]
+    assert unit["number"] == 3
+    again = _tell_unit(api, sid, units[0]["number"], "u1")
+    assert again.status_code == 200 and again.content == first.content
+    assert _counts(api, sid) == {"completed": 1, "running": 3}
+
+
+def test_a_retry_after_a_crash_between_tell_and_ask_tells_once_and_asks(api):
+    """The first attempt's tell committed (under the key derived from the request's) and the
+    server died before the ask: the retry tells nothing twice and asks once."""
+    from client.models import TellRequest
+    from service import tell_ask, trials
+    from service.db.models import DEFAULT_TENANT_ID
+    from service.idempotency import IdemKey
+
+    sid = _pbt_study(api)
+    units = api.post(f"/v1/studies/{sid}/ask", json={"count": 3}).json()["trials"]
+    number = units[0]["number"]
+    path = f"/v1/studies/{sid}/trials/{number}/tell"
+    body = {"values": {"accuracy": 0.5}, "checkpoint": "c0", "ask": {"count": 1}}
+    data = json.dumps(body).encode()
+    idem = IdemKey.build("u2", "POST", path, data)
+    store = api.app.state.store
+    req = TellRequest.model_validate(body)
+    trials.tell(store, DEFAULT_TENANT_ID, sid, number, req, tell_ask._tell_key(idem))
+    assert _counts(api, sid) == {"completed": 1, "running": 2}
+    headers = {"Idempotency-Key": "u2", "Content-Type": "application/json"}
+    retry = api.post(path, content=data, headers=headers)
+    assert retry.status_code == 200 and retry.json()["state"] == "completed"
+    (unit,) = retry.json()["next"]["trials"]
+    assert unit["number"] == 3
+    assert _counts(api, sid) == {"completed": 1, "running": 3}
+    again = api.post(path, content=data, headers=headers)
+    assert again.content == retry.content
+    assert _counts(api, sid) == {"completed": 1, "running": 3}

@@ -1,0 +1,119 @@
+"""The client's jobs, sync and async, against a real server in a thread that runs them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from client import AsyncClient, AsyncJob, Client, Job
+from client._jobs import progress_line
+from client.errors import Conflict, InvalidPredictRows, JobNotSucceeded, UnknownOptimizer
+from service.jobs.runner import LOG_FOLDER
+from tests.jobs.conftest import job_body, serve
+
+# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them after
+# the others, serially, so that no test counts or kills another test's workers.
+pytestmark = pytest.mark.job_processes
+
+
+def runs(name: str) -> dict[str, object]:
+    return job_body(
+        name,
+        engine="random",
+        budget={"steps": 20, "trials": 3},
+        parallelism=1,
+        workload={"name": "mlp", "options": {"hidden": [8]}},
+    )
+
+
+def test_sync_job_lifecycle(url, tmp_path: Path):
+    with Client(url) as client:
+        with pytest.raises(UnknownOptimizer):
+            client.submit_job(**{**runs("bad"), "optimizer": "adamx"})
+        job = client.submit_job(**runs("sync"))
+        assert isinstance(job, Job) and repr(job) == "Job(id=1, name='sync')"
+        with pytest.raises(JobNotSucceeded):
+            job.download_model(tmp_path / "early.pt")
+        info = job.wait(progress=False, timeout=90)
+        assert info.state == "succeeded" and info.units_done == 3
+        assert job.best() == info.result and info.result is not None
+        assert [j.id for j in client.jobs()] == [1] and client.job(1).info.name == "sync"
+        assert job.download_model(tmp_path / "m.pt").read_bytes() == job.model_bytes()
+        kinds = [e.event for e in job.events(last_event_id="0.queued")]
+        assert kinds.count("unit_told") == 3 and kinds[-1] == "job_state"
+
+
+def test_async_job_lifecycle(url):
+    async def main() -> None:
+        async with AsyncClient(url) as client:
+            job = await client.submit_job(**runs("async"))
+            assert isinstance(job, AsyncJob)
+            info = await job.wait(progress=False, timeout=90)
+            assert info.state == "succeeded"
+            events = [e async for e in job.events()]
+            assert [e.event for e in events] == ["job_state"]
+            assert events[0].data.state == "succeeded"
+            assert [j.name async for j in client.jobs()] == ["async"]
+
+    asyncio.run(main())
+
+
+def test_progress_line(idle_url):
+    with Client(idle_url) as client:
+        info = client.submit_job(**job_body("bar")).info
+    line = progress_line(info.model_copy(update={"steps_done": 200, "best_score": 0.5}))
+    assert line.startswith("job bar [" + "#" * 15 + "." * 15 + "]  50%")
+    assert "best 0.5000" in line and line.endswith("queued")
+
+
+def test_a_worker_that_keeps_crashing_fails_the_job_with_its_error(url):
+    with Client(url) as client:
+        job = client.submit_job(**runs("doomed"))
+        # Its study gone, every worker dies at start: restarted 3 times, then the job fails.
+        client.get_study(job.info.study_id).delete()
+        info = job.wait(progress=False, timeout=120)
+        assert info.state == "failed" and info.finished_at is not None
+        assert info.error is not None and "exited with code 1" in info.error
+        assert "does not exist" in info.error  # the end of the worker's log
+        assert info.result is None
+
+
+def test_a_job_whose_workers_cannot_start_fails_instead_of_staying_running(
+    sqlite_url: str, tmp_path: Path
+):
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / LOG_FOLDER).write_text("a file where the workers' log folder goes")
+    settings = {"database_url": sqlite_url, "artifacts_dir": str(artifacts)}
+    for url in serve(settings):
+        with Client(url) as client:
+            info = client.submit_job(**runs("no-logs")).wait(progress=False, timeout=60)
+        assert info.state == "failed"
+        assert info.error is not None and "could not start" in info.error
+
+
+def test_a_job_on_an_uploaded_regression_csv(url):
+    """The workers fetch the CSV from the server; predictions come in the target's units."""
+    rng = np.random.default_rng(0)
+    lines = ["size,color,price"]
+    for _ in range(200):
+        size, color = rng.uniform(0, 10), rng.choice(["red", "blue"])
+        lines.append(f"{size:.3f},{color},{100 + 20 * size + (50 if color == 'red' else 0):.2f}")
+    with Client(url) as client:
+        dataset = client.upload_dataset("prices", "\n".join(lines) + "\n", "price", "regression")
+        fields = {**runs("prices"), "dataset": "prices", "optimizer": "adamw"}
+        fields["budget"] = {"steps": 300, "trials": 2}
+        job = client.submit_job(**fields)
+        assert job.info.dataset_id == dataset.id
+        with pytest.raises(Conflict):  # in use by a queued or running job
+            client.delete_dataset("prices")
+        info = job.wait(progress=False, timeout=120)
+        assert info.state == "succeeded", info.error
+        assert info.result is not None and info.result.metric == "r2"
+        (low, high) = job.predict([{"size": 1.0, "color": "blue"}, {"size": 9.0, "color": "red"}])
+        assert isinstance(low, float) and 50 < low < high < 400
+        with pytest.raises(InvalidPredictRows):
+            job.predict([{"size": "big", "color": "blue"}])
