@@ -166,7 +166,7 @@ def _checked_fields(fields: UploadFields) -> tuple[str, str, DatasetTask]:
         if not value.strip() or len(value) > _MAX_NAME:
             raise _invalid(key, f"needs a visible character and at most {_MAX_NAME} characters")
     assert fields.name is not None and fields.target is not None  # checked above
-    if fields.name.isdigit():
+    if _is_id(fields.name):
         raise _invalid("name", "has a letter or sign besides digits (ids are digits)")
     if "/" in fields.name:
         raise _invalid("name", "has no '/' (the name is a segment of the dataset's URL)")
@@ -261,13 +261,19 @@ def delete_dataset(store: Store, tenant_id: int, ref: str) -> None:
     store.db.write(run)
 
 
+def _is_id(ref: str) -> bool:
+    """Whether ``ref`` names a dataset by id: ASCII digits only (``str.isdigit`` also takes
+    ``'³'``, which ``int`` refuses)."""
+    return ref.isascii() and ref.isdigit()
+
+
 def _find(
     conn: Connection, tenant_id: int, ref: str, *, content: bool = False, lock: bool = False
 ) -> Row | None:
     """An uploaded dataset by id (digits) or name, or ``None``."""
     columns = [*_COLUMNS, datasets_t.c.content] if content else _COLUMNS
     query = select(*columns).where(datasets_t.c.tenant_id == tenant_id)
-    if ref.isdigit():
+    if _is_id(ref):
         if int(ref) >= 2**31:
             return None
         query = query.where(datasets_t.c.id == int(ref))

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import Path, Request, Response, status
 from fastapi.responses import StreamingResponse
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from client.artifact_models import ArtifactPublic
 from client.models import ProblemCode
@@ -19,6 +20,17 @@ from service.errors import problems
 from service.routers.common import api_router
 
 router = api_router("/v1/artifacts", "artifacts")
+
+
+class _AnyKeyConvertor(PathConvertor):
+    """Starlette's ``path`` without its blind spot: ``.*`` stops at a newline, so a key holding
+    one matched no route and got a bare 404. Every key reaches the handler, which answers a bad
+    one with ``invalid_artifact_key``."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("artifact_key", _AnyKeyConvertor())
 
 OCTETS = artifacts.OCTET_STREAM
 _BINARY = {OCTETS: {"schema": {"type": "string", "format": "binary"}}}
@@ -39,7 +51,7 @@ _PUT_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 @router.put(
-    "/{key:path}",
+    "/{key:artifact_key}",
     status_code=status.HTTP_201_CREATED,
     response_model=ArtifactPublic,
     responses=_PUT_RESPONSES,
@@ -57,7 +69,7 @@ async def put_artifact(
 
 
 @router.get(
-    "/{key:path}",
+    "/{key:artifact_key}",
     response_class=StreamingResponse,
     responses={
         200: {"description": "The artifact's bytes.", "content": _BINARY},
@@ -70,7 +82,7 @@ def get_artifact(key: ArtifactKey, store: ArtifactsDep, tenant: TenantDep) -> St
 
 
 @router.delete(
-    "/{key:path}",
+    "/{key:artifact_key}",
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
     responses=problems(*_KEY, ProblemCode.ARTIFACT_NOT_FOUND),

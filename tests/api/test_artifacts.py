@@ -74,6 +74,8 @@ def test_stored_in_the_tenant_folder_beside_the_database(http, tmp_path):
         "/v1/artifacts/sp%20ace",
         "/v1/artifacts/%C3%A9t%C3%A9",
         "/v1/artifacts/a%5Cb",
+        "/v1/artifacts/new%0Aline",
+        "/v1/artifacts/a/b%0A",
         "/v1/artifacts/" + "x" * 600,
     ],
 )

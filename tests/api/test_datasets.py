@@ -146,6 +146,14 @@ def test_names_are_unique(http):
     assert names(http) == ["demo", *BUILTINS]
 
 
+@pytest.mark.parametrize("ref", ["%C2%B3", "%D9%A3"])  # '³' and Arabic-Indic '٣': digits to str.isdigit
+def test_a_non_ascii_digit_is_a_name_not_an_id(http, ref):
+    for method in ("GET", "DELETE"):
+        r = http.request(method, f"/v1/datasets/{ref}")
+        assert (r.status_code, r.json()["code"]) == (404, "dataset_not_found"), r.text
+    assert http.get(f"/v1/datasets/{ref}/csv").status_code == 404
+
+
 @pytest.fixture
 def small(sqlite_url: str) -> Iterator[TestClient]:
     settings = Settings(database_url=sqlite_url, max_dataset_rows=10, max_dataset_bytes=400)
