@@ -146,7 +146,8 @@ def test_names_are_unique(http):
     assert names(http) == ["demo", *BUILTINS]
 
 
-@pytest.mark.parametrize("ref", ["%C2%B3", "%D9%A3"])  # '³' and Arabic-Indic '٣': digits to str.isdigit
+# '³' and Arabic-Indic '٣': digits to str.isdigit, not to int().
+@pytest.mark.parametrize("ref", ["%C2%B3", "%D9%A3"])
 def test_a_non_ascii_digit_is_a_name_not_an_id(http, ref):
     for method in ("GET", "DELETE"):
         r = http.request(method, f"/v1/datasets/{ref}")
