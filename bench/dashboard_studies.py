@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.servers import free_port, server_process, wait_healthy
+from bench.servers import asktell_serve, free_port, server_process, wait_healthy
 
 DIM = 4
 LOW, HIGH = -5.0, 5.0
@@ -105,17 +105,7 @@ def import_asktell(base: str, name: str, trials: Trials) -> int:
 @contextmanager
 def asktell_server(tmp: Path) -> Iterator[str]:
     """``asktell serve`` (one uvicorn worker) on a fresh SQLite file in ``tmp``."""
-    exe = Path(sys.executable).parent / "asktell"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASKTELL_")}
-    env.update(
-        ASKTELL_DATABASE_URL=f"sqlite:///{tmp / 'asktell.db'}",
-        ASKTELL_MAX_BODY_BYTES=str(IMPORT_BODY_BYTES),
-    )
-    port = free_port()
-    argv = [str(exe) if exe.exists() else "asktell", "serve", "--port", str(port)]
-    with server_process(argv, env, tmp / "asktell.log") as proc:
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(proc, base, tmp / "asktell.log")
+    with asktell_serve(tmp, ASKTELL_MAX_BODY_BYTES=str(IMPORT_BODY_BYTES)) as base:
         yield base
 
 

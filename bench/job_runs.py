@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.servers import free_port, server_process, wait_healthy
+from bench.servers import asktell_serve
 from bench.version import ROOT
 
 WORKERS = 2
@@ -45,21 +44,14 @@ def asktell_server(tmp: Path) -> Iterator[str]:
     with the ``sleep`` workload installed (part 5) for its workers, local or on Ray."""
     from bench import sleep_workload
 
-    exe = Path(sys.executable).parent / "asktell"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASKTELL_")}
     sleep_workload.install(tmp / "site")
-    paths = [str(tmp / "site"), str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(":"))]
-    env.update(
-        ASKTELL_DATABASE_URL=f"sqlite:///{tmp / 'asktell.db'}",
+    inherited = filter(None, os.environ.get("PYTHONPATH", "").split(":"))
+    with asktell_serve(
+        tmp,
         ASKTELL_ARTIFACTS_DIR=str(tmp / "artifacts"),
         ASKTELL_JOB_WORKERS=str(WORKERS),
-        PYTHONPATH=":".join(paths),
-    )
-    port = free_port()
-    argv = [str(exe) if exe.exists() else "asktell", "serve", "--port", str(port)]
-    with server_process(argv, env, tmp / "asktell.log") as proc:
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(proc, base, tmp / "asktell.log")
+        PYTHONPATH=":".join([str(tmp / "site"), str(ROOT), *inherited]),
+    ) as base:
         yield base
 
 

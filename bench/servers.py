@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -71,3 +73,20 @@ def server_process(
         yield proc
     finally:
         stop_server(proc, signal.SIGTERM)
+
+
+@contextmanager
+def asktell_serve(tmp: Path, **settings: str) -> Iterator[str]:
+    """``asktell serve`` (one uvicorn worker) on a fresh SQLite file in ``tmp``, configured by
+    ``settings`` (environment variables) and none of this process's ``ASKTELL_*``; yields its
+    base URL once healthy. Its log is ``tmp / "asktell.log"``."""
+    exe = Path(sys.executable).parent / "asktell"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASKTELL_")}
+    env.update(ASKTELL_DATABASE_URL=f"sqlite:///{tmp / 'asktell.db'}", **settings)
+    port = free_port()
+    argv = [str(exe) if exe.exists() else "asktell", "serve", "--port", str(port)]
+    log_path = tmp / "asktell.log"
+    with server_process(argv, env, log_path) as proc:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(proc, base, log_path)
+        yield base
