@@ -231,6 +231,7 @@ class MLPWorkload:
     """The ``mlp`` workload (the module's docstring says what it does)."""
 
     name = "mlp"
+    predicts = True
 
     def parameters(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         """The options given as ranges, as wire parameters. Raises ValueError on bad options."""

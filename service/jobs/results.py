@@ -115,11 +115,11 @@ def finalize(store: Store, artifacts: Any, job: Row) -> JobResult:
     checkpoint = keys.read(artifacts, job.tenant_id, checkpoint_key)
     split = store.db.read(lambda c: load_split(c, job))
     workload = config.workload_spec()
-    try:
-        outputs = load_workload(workload.name).predict(checkpoint, split.X_test)
-        test_score: float | None = float(data.score(split.task, split.y_test, outputs))
-    except NotImplementedError:  # a workload that only trains
-        test_score = None
+    trained = load_workload(workload.name)
+    test_score: float | None = None  # a workload that only trains has none
+    if trained.predicts:
+        outputs = trained.predict(checkpoint, split.X_test)
+        test_score = float(data.score(split.task, split.y_test, outputs))
     document = {
         "format": MODEL_FORMAT,
         "job_id": job.id,
@@ -197,10 +197,9 @@ def predict(
         X = preprocessor.transform_rows([dict(r) for r in req.rows])
     except ValueError as exc:
         raise ApiError(ProblemCode.INVALID_PREDICT_ROWS, str(exc)) from exc
-    try:
-        outputs = workload.predict(checkpoint, X)
-    except NotImplementedError as exc:
+    if not workload.predicts:
         raise ApiError(
-            ProblemCode.INVALID_JOB, f"the job's workload cannot predict: {exc}"
-        ) from exc
+            ProblemCode.INVALID_JOB, f"the job's workload {workload.name!r} has no predict()"
+        )
+    outputs = workload.predict(checkpoint, X)
     return PredictResponse(predictions=list(preprocessor.decode(outputs)))

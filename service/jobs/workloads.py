@@ -92,6 +92,8 @@ class UnitOutput:
 @runtime_checkable
 class Workload(Protocol):
     name: str
+    #: Whether ``predict`` works: a workload without it trains, with no test score.
+    predicts: bool
 
     def parameters(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         """Workload hyperparameters to tune besides the optimizer's (wire parameter dicts)."""
@@ -109,6 +111,8 @@ class _Adapted:
     def __init__(self, name: str, target: Any) -> None:
         self.name, self._target = name, target
         self._train = target if _is_function(target) else target.train
+        self._predict = None if _is_function(target) else getattr(target, "predict", None)
+        self.predicts = self._predict is not None
 
     def parameters(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         method = getattr(self._target, "parameters", None)
@@ -120,10 +124,9 @@ class _Adapted:
         return self._train(unit)
 
     def predict(self, checkpoint: bytes, X: np.ndarray) -> np.ndarray:
-        method = None if _is_function(self._target) else getattr(self._target, "predict", None)
-        if method is None:
+        if self._predict is None:
             raise NotImplementedError(f"workload {self.name!r} has no predict()")
-        return np.asarray(method(checkpoint, X))
+        return np.asarray(self._predict(checkpoint, X))
 
 
 def _is_function(target: Any) -> bool:

@@ -292,6 +292,7 @@ def test_entry_points_are_found(installed):
 def test_a_function_entry_point(installed):
     workload = load_workload("train-only")
     assert workload.name == "train-only" and workload.parameters({"anything": 1}) == []
+    assert not workload.predicts and load_workload("linear").predicts
     out = workload.train(unit(hparams={"lr": 0.5}, steps=10))
     assert 0 <= out.score <= 1
     with pytest.raises(NotImplementedError):
