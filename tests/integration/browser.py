@@ -25,6 +25,15 @@ class WatchedPage:
     def assert_clean(self) -> None:
         assert not self.problems, "the page reported problems:\n" + "\n".join(self.problems)
 
+    def forget_navigation_aborts(self) -> None:
+        """Leaving or reloading a page aborts its GETs still in flight (its event stream, and
+        any chart data it was fetching then): those are expected, every other problem stays."""
+        self.problems = [
+            p
+            for p in self.problems
+            if not (p.startswith("request failed: GET ") and p.endswith("net::ERR_ABORTED"))
+        ]
+
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
