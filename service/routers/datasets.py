@@ -101,6 +101,7 @@ def list_datasets(store: StoreDep, tenant: TenantDep) -> list[DatasetPublic]:
 
 @router.get("/{dataset}", response_model=DatasetPublic, responses=problems(*DATASET))
 def get_dataset(dataset: DatasetRef, store: StoreDep, tenant: TenantDep) -> DatasetPublic:
+    """An uploaded or built-in dataset, by id or name."""
     return datasets.get_dataset(store, tenant, dataset)
 
 
@@ -123,5 +124,6 @@ def dataset_csv(dataset: DatasetRef, store: StoreDep, tenant: TenantDep) -> Resp
     responses=problems(*DATASET, ProblemCode.DATASET_IN_USE),
 )
 def delete_dataset(dataset: DatasetRef, store: StoreDep, tenant: TenantDep) -> Response:
+    """Delete an uploaded dataset; 409 ``dataset_in_use`` while a job uses it."""
     datasets.delete_dataset(store, tenant, dataset)
     return Response(status_code=204)

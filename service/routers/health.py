@@ -21,6 +21,7 @@ router = api_router("", "health", public=True)
 # Async: it answers from the event loop, never waiting for a pool thread.
 @router.get("/healthz", responses=problems())
 async def healthz() -> dict[str, str]:
+    """200 while the process answers (liveness); checks nothing else, see ``/readyz``."""
     return {"status": "ok"}
 
 

@@ -63,11 +63,14 @@ def list_jobs(
     cursor: Annotated[str | None, Query(description="The `next_cursor` of the last page.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobsPage:
+    """A page of the tenant's jobs; pass ``next_cursor`` as ``cursor`` for
+    the next page until it is null."""
     return jobs.list_jobs(store, tenant, cursor_int(cursor), limit)
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=problems(*JOB))
 def get_job(job_id: JobId, store: StoreDep, tenant: TenantDep) -> JobPublic:
+    """The job with its state and progress."""
     return jobs.get_job(store, tenant, job_id)
 
 
@@ -92,6 +95,8 @@ def job_events(
     tenant: TenantDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=256)] = None,
 ) -> EventSourceResponse:
+    """Server-sent events of the job's study; send the last event's id as ``Last-Event-ID``
+    to resume with nothing lost or repeated."""
     position = events.start(store, tenant, job_id, last_event_id)
     return EventSourceResponse(
         events.stream(store, tenant, job_id, position), ping=events.KEEP_ALIVE_SECONDS

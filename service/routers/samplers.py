@@ -34,16 +34,21 @@ SAMPLER = (ProblemCode.VALIDATION_ERROR, ProblemCode.NOT_FOUND)
 def create_sampler(
     body: SamplerCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
+    """Create a particle sampler (201) from its targets, bounds and particle
+    initialization. An ``Idempotency-Key`` replays the first answer."""
     return written(samplers.create_sampler(store, tenant, body, idem))
 
 
 @router.get("/{sampler_id}", response_model=SamplerPublic, responses=problems(*SAMPLER))
 def get_sampler(sampler_id: SamplerId, store: StoreDep, tenant: TenantDep) -> SamplerPublic:
+    """The sampler and its current state."""
     return samplers.get_sampler(store, tenant, sampler_id)
 
 
 @router.post("/{sampler_id}/ask", response_model=SamplerAsk, responses=problems(*SAMPLER))
 def ask(sampler_id: SamplerId, store: StoreDep, tenant: TenantDep) -> SamplerAsk:
+    """The particles' positions where the next tell's scores are wanted, with the iteration
+    the tell must name; changes nothing, so it may be repeated."""
     return samplers.ask_sampler(store, tenant, sampler_id)
 
 
@@ -63,10 +68,14 @@ def ask(sampler_id: SamplerId, store: StoreDep, tenant: TenantDep) -> SamplerAsk
 def tell(
     sampler_id: SamplerId, body: SamplerTell, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
+    """Apply one step with the scores told at the asked positions; 409 ``stale_iteration``
+    when the tell names another iteration than the sampler's (so a step is never applied
+    twice). An ``Idempotency-Key`` replays the first answer."""
     return written(samplers.tell_sampler(store, tenant, sampler_id, body, idem))
 
 
 @router.delete("/{sampler_id}", status_code=204, responses=problems(*SAMPLER))
 def delete_sampler(sampler_id: SamplerId, store: StoreDep, tenant: TenantDep) -> Response:
+    """Delete the sampler."""
     samplers.delete_sampler(store, tenant, sampler_id)
     return Response(status_code=204)

@@ -49,6 +49,9 @@ router = api_router("/v1/studies", "studies")
     },
 )
 def create_study(body: StudyCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep) -> Response:
+    """Get-or-create by name: 201 with a new study, or 200 with the live study of that name
+    when its config is the same (a retried create is safe); 409 ``study_exists`` when it
+    has another config. An ``Idempotency-Key`` replays the first answer."""
     return written(studies.create_study(store, tenant, body, idem))
 
 
@@ -76,6 +79,8 @@ def list_studies(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> StudiesPage:
+    """A page of the tenant's live studies, filtered and sorted; pass ``next_cursor`` as
+    ``cursor`` (with the same query) for the next page until it is null."""
     page = studies.StudiesQuery(
         state or (), engine, q, sort, order == "desc", cursor_int(cursor), limit
     )
@@ -102,11 +107,15 @@ def import_study(
     idem: IdemDep,
     name: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> Response:
+    """A new study from an export (``GET .../export``), with the same trial numbers, states
+    and results; trials running when exported come back ``stale``, to be re-delivered to
+    the next asker. ``name`` overrides the exported name."""
     return written(transfer.import_study(store, tenant, body, name, idem))
 
 
 @router.get("/{study_id}", response_model=StudyPublic, responses=problems(*STUDY))
 def get_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> StudyPublic:
+    """The study with its trial counts and, for one objective, its best values."""
     return studies.get_study(store, tenant, study_id)
 
 
@@ -114,17 +123,25 @@ def get_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> StudyPub
 def update_study(
     study_id: StudyId, body: StudyUpdate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
+    """Change the state (pause, resume, complete), merge metadata (a key set to null is
+    removed), set or remove (null) ``max_trials``, ``ask_time_budget`` and
+    ``max_staleness``, replace the notes. An ``Idempotency-Key`` replays the first answer."""
     return written(studies.update_study(store, tenant, study_id, body, idem))
 
 
 @router.delete("/{study_id}", status_code=204, responses=problems(*STUDY))
 def delete_study(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Response:
+    """Soft delete: the study and its trials are no longer served. Deleting a deleted study
+    is 204 again (a retried DELETE succeeds); a study that never existed is 404."""
     studies.delete_study(store, tenant, study_id)
     return Response(status_code=204)
 
 
 @router.get("/{study_id}/best", response_model=BestPublic, responses=problems(*STUDY))
 def best(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> BestPublic:
+    """One objective: the best feasible trial. Several: the feasible non-dominated set,
+    with its hypervolume when every objective has a reference. With constraints and no
+    feasible trial yet: no trials, ``feasible_found`` false, and the least violating trial."""
     return studies.best(store, tenant, study_id)
 
 
@@ -134,6 +151,8 @@ def best(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> BestPublic:
     responses=problems(*STUDY, ProblemCode.NOT_A_SCHEDULER_STUDY, ProblemCode.NO_COMPLETED_UNIT),
 )
 def best_schedule(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Lineage:
+    """A scheduler study's (``pbt``, ``ipbt``) best completed unit with the units whose
+    checkpoints led to it: the best member's hyperparameter schedule."""
     return units.best_schedule(store, tenant, study_id)
 
 
@@ -143,6 +162,8 @@ def best_schedule(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> Line
     responses=problems(*STUDY, ProblemCode.NOT_A_SCHEDULER_STUDY),
 )
 def checkpoints(study_id: StudyId, store: StoreDep, tenant: TenantDep) -> CheckpointsPublic:
+    """A scheduler study's checkpoints, split into those still needed (pinned) and those
+    its workers may delete."""
     return units.checkpoints(store, tenant, study_id)
 
 
@@ -191,6 +212,9 @@ def export_study(
     tenant: TenantDep,
     format: Literal["json", "csv"] = "json",
 ) -> Response:
+    """The study with every trial and measurement as JSON (``format=json``, accepted by
+    ``POST /v1/studies/import``), or its trials as CSV (``format=csv``, one row per trial;
+    cells that would start a spreadsheet formula are quoted)."""
     if format == "csv":
         return Response(transfer.export_csv(store, tenant, study_id), media_type="text/csv")
     return Response(
@@ -212,6 +236,9 @@ def study_events(
     tenant: TenantDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=256)] = None,
 ) -> EventSourceResponse:
+    """Server-sent events of the study: ``trial_asked``, ``trial_told``, ``trial_failed``
+    and ``study_state``, in commit order. Send the last event's id as ``Last-Event-ID`` to
+    resume on any replica with nothing lost or repeated."""
     position = events.start(store, tenant, study_id, last_event_id)
     return EventSourceResponse(
         events.stream(store, tenant, study_id, position), ping=events.KEEP_ALIVE_SECONDS

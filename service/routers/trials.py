@@ -88,6 +88,14 @@ async def ask(
     idem: IdemDep,
     admission: AdmissionDep,
 ) -> Response:
+    """Hand out ``count`` trials to the worker: its own trials still within their lease,
+    then enqueued and stale (re-delivered) trials, then new engine proposals. Each is
+    leased to the worker for ``lease_seconds`` (the study's default when omitted);
+    heartbeats and reports extend the lease; when it expires, the study's lease policy either
+    re-delivers the trial (``stale``) to the next asker, up to ``max_retries`` times, or fails it.
+    Fewer trials than ``count`` come with ``retry_after``. A busy study answers 503 with
+    ``Retry-After``. An ``Idempotency-Key`` replays the first answer instead of handing out
+    more trials."""
     if suggestion_pool.may_serve(store, study_id):
         # Fresh pooled points need no engine: they do not wait behind asks that run it.
         pooled = await run_in_threadpool(asking.ask_from_pool, store, tenant, study_id, body, idem)
@@ -116,6 +124,9 @@ async def ask(
 def enqueue(
     study_id: StudyId, body: TrialCreate, store: StoreDep, tenant: TenantDep, idem: IdemDep
 ) -> Response:
+    """Add a trial at a point of your choosing (201): it is handed out before engine
+    proposals. With ``values`` it is stored as completed. An ``Idempotency-Key`` replays
+    the first answer."""
     return written(trials.enqueue(store, tenant, study_id, body, idem))
 
 
@@ -144,6 +155,9 @@ def list_trials(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     filter: TrialFilter = None,
 ) -> TrialsPage:
+    """A page of the study's trials, filtered by state and ``filter`` and sorted by
+    ``sort``; pass ``next_cursor`` as ``cursor`` (same order) for the next page until it is
+    null, or page with ``offset``."""
     page = trials.TrialsOrder(sort, order == "desc", cursor_int(cursor), offset, limit)
     return trials.list_trials(store, tenant, study_id, state, page, filter)
 
@@ -233,6 +247,7 @@ def parameter_importance(
 def get_trial(
     study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
 ) -> TrialPublic:
+    """One trial by number: its state, parameters, worker, lease expiry and results."""
     return trials.get_trial(store, tenant, study_id, number)
 
 
@@ -295,6 +310,9 @@ def report(
     tenant: TenantDep,
     idem: IdemDep,
 ) -> Response:
+    """Store an intermediate measurement at ``step`` (201; a report at the same step
+    replaces it); for a running trial it also extends the lease like a heartbeat. An
+    ``Idempotency-Key`` replays the first answer."""
     return written(trials.report(store, tenant, study_id, number, body, idem))
 
 
@@ -306,6 +324,7 @@ def report(
 def measurements(
     study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep
 ) -> list[MeasurementPublic]:
+    """The trial's intermediate measurements, by step."""
     return trials.list_measurements(store, tenant, study_id, number)
 
 
@@ -315,6 +334,8 @@ def measurements(
     responses=problems(*TRIAL, ProblemCode.NOT_A_SCHEDULER_STUDY),
 )
 def lineage(study_id: StudyId, number: TrialNumber, store: StoreDep, tenant: TenantDep) -> Lineage:
+    """A scheduler study's unit: the units whose checkpoints led to trial ``number``,
+    oldest first."""
     return units.lineage(store, tenant, study_id, number)
 
 
@@ -331,6 +352,10 @@ def heartbeat(
     idem: IdemDep,
     body: HeartbeatRequest | None = None,
 ) -> Response:
+    """Extend a running trial's lease: by ``lease_seconds`` when given, else by the study's
+    default, never shortening it. A ``stale`` trial not yet re-delivered is taken back.
+    With ``worker_id``, a trial re-delivered to another worker is 409 ``trial_reassigned``:
+    stop working on it. An ``Idempotency-Key`` replays the first answer."""
     return written(
         leases.heartbeat(store, tenant, study_id, number, body or HeartbeatRequest(), idem)
     )

@@ -198,3 +198,12 @@ def test_real_errors_are_declared_for_their_operation(http, document):
         template, operation = _operation_of(document, method, url)
         declared = _declared(operation).get(r.status_code, set())
         assert body["code"] in declared, f"{method} {template} answers {code}, undeclared"
+
+
+def test_every_operation_has_a_description(document):
+    missing = [
+        f"{method.upper()} {path}"
+        for path, method, operation in _operations(document)
+        if not operation.get("description", "").strip()
+    ]
+    assert not missing, f"operations without a description: {missing}"
