@@ -1,6 +1,7 @@
 """Chromium driven by Playwright for the dashboard tests: Debian's ``chromium`` package,
 launched by its path (``make install`` installs it; Playwright's own browser downloads are not
-used), and a page that records every console error, uncaught exception and failed request."""
+used), and a page that records every console error, uncaught exception and failed request (but the
+GETs that navigating away cuts)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,6 @@ class WatchedPage:
 
     def assert_clean(self) -> None:
         assert not self.problems, "the page reported problems:\n" + "\n".join(self.problems)
-
-    def forget_navigation_aborts(self) -> None:
-        """Leaving or reloading a page aborts its GETs still in flight (its event stream, and
-        any chart data it was fetching then): those are expected, every other problem stays."""
-        self.problems = [
-            p
-            for p in self.problems
-            if not (p.startswith("request failed: GET ") and p.endswith("net::ERR_ABORTED"))
-        ]
 
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -75,6 +67,12 @@ def csp_watched(browser: object) -> Iterator[WatchedPage]:
     yield from _watched_page(browser, bypass_csp=False)
 
 
+def _cut_by_navigation(request: object) -> bool:
+    """A GET that leaving or reloading the page aborted while in flight (its event stream, or
+    chart data it was fetching): expected, since the dashboard never aborts a request itself."""
+    return request.method == "GET" and request.failure == "net::ERR_ABORTED"  # type: ignore[attr-defined]
+
+
 def _watched_page(browser: object, bypass_csp: bool) -> Iterator[WatchedPage]:
     context = browser.new_context(  # type: ignore[attr-defined]
         viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp
@@ -91,7 +89,10 @@ def _watched_page(browser: object, bypass_csp: bool) -> Iterator[WatchedPage]:
     page.on("pageerror", lambda e: watched.problems.append(f"page error: {e}"))
     page.on(
         "requestfailed",
-        lambda r: watched.problems.append(f"request failed: {r.method} {r.url} {r.failure}"),
+        lambda r: (
+            not _cut_by_navigation(r)
+            and watched.problems.append(f"request failed: {r.method} {r.url} {r.failure}")
+        ),
     )
     page.on(
         "response",

@@ -76,7 +76,6 @@ def test_study_and_trial_notes_are_saved_and_persist_across_reloads(server, api,
     text = "w1 ran out of memory once"
     _save_and_reload(watched, "#trial-note", text, lambda: api.get(trial).json()["note"])
     watched.screenshot("trial-note")
-    watched.forget_navigation_aborts()
     watched.assert_clean()
 
 

@@ -146,5 +146,4 @@ def test_the_history_x_axis_switches_between_trial_number_and_time(server: Serve
     # The choice is remembered.
     page.reload()
     page.wait_for_selector("#history[data-xaxis='time']")
-    watched.forget_navigation_aborts()
     watched.assert_clean()

@@ -73,7 +73,6 @@ def test_the_trial_page_shows_params_results_and_the_measurement_curve(server, a
     page.click(f"#trials tr[data-number='{number}'] a")
     page.wait_for_selector("#measurements .main-svg")
     assert page.url.endswith(f"/dashboard/studies/{sid}/trials/{number}")
-    watched.forget_navigation_aborts()
     watched.assert_clean()
     shown = page.locator("#params tr").evaluate_all(
         "rows => rows.map(r => [r.dataset.key, r.querySelector('td').textContent])"
