@@ -6,7 +6,8 @@ runner sees a ``WorkerProcess``: ``poll`` (the exit code once it ended), ``termi
 ``wait`` and ``tail`` (the end of its log, quoted in a failed job's error).
 
 - ``LocalWorker``: ``python -m service.jobs.worker`` as a child process, its stderr in a log file.
-- ``RayWorker``: one Ray task (``run_worker``) per worker with the job's ``resources``
+- ``RayWorker``: one Ray task per worker, named ``asktell worker <worker id>`` (Ray's dashboard
+  and its worker process's title show it), with the job's ``resources``
   (``num_cpus``, ``num_gpus``), ``max_retries=0``: when its Ray worker process dies (killed, its
   node lost) the task fails, the runner starts another worker and re-serves the dead one's unit
   from the same start. ``terminate`` cancels the task (a ``KeyboardInterrupt`` in it), ``kill``
@@ -37,6 +38,7 @@ from service.settings import Settings
 log = logging.getLogger("asktell.jobs")
 
 RAY_EXTRA = "asktell[ray]"
+RAY_TASK_PREFIX = "asktell worker "
 #: Lines of a worker's log kept for a failed job's error.
 TAIL_LINES = 15
 
@@ -147,11 +149,19 @@ class RayWorker:
     """A worker as a Ray task."""
 
     def __init__(
-        self, settings: Settings, argv: list[str], env: dict[str, str], resources: WorkerResources
+        self,
+        settings: Settings,
+        worker_id: str,
+        argv: list[str],
+        env: dict[str, str],
+        resources: WorkerResources,
     ) -> None:
         self.ray = _ray(settings)
         task = self.ray.remote(
-            num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_retries=0
+            name=f"{RAY_TASK_PREFIX}{worker_id}",
+            num_cpus=resources.num_cpus,
+            num_gpus=resources.num_gpus,
+            max_retries=0,
         )(run_worker)
         self.ref = task.remote(argv, env)
         self.code: int | None = None

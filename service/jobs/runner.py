@@ -260,17 +260,20 @@ class JobRunner:
         return f"{self.owner}/w{slot}"
 
     def _spawn(self, job: RunningJob, slot: int) -> None:
+        worker_id = self._worker_id(slot)
         argv = [
             "--url",
             self.settings.self_url,
             "--job",
             str(job.id),
             "--worker-id",
-            self._worker_id(slot),
+            worker_id,
         ]
         key_env = self._worker_key(job)
         if (job.config.executor or self.settings.executor) == "ray":
-            job.procs[slot] = RayWorker(self.settings, argv, key_env, job.config.resources)
+            job.procs[slot] = RayWorker(
+                self.settings, worker_id, argv, key_env, job.config.resources
+            )
             return
         env = dict(os.environ)
         env.update(key_env)
@@ -389,8 +392,12 @@ class JobRunner:
     def _end(
         self, job: RunningJob, state: str, error: str | None = None, result: Any = None
     ) -> None:
-        # Before the job shows as ended: its workers (done, or stopped) need the key no more.
+        # Before the job shows as ended: its workers (done, or stopped) need the key no more,
+        # and the units they held are failed (a reader who sees the job ended sees no unit
+        # still running).
         self._revoke_worker_key(job)
+        if state != "succeeded":
+            self._fail_running_units(job, f"the job was {state}")
 
         def fn(conn: Connection) -> None:
             now = utcnow()
@@ -414,8 +421,6 @@ class JobRunner:
         self.store.db.write(fn)
         self.jobs.pop(job.id, None)
         log.info("job %d: %s", job.id, state)
-        if state != "succeeded":
-            self._fail_running_units(job, f"the job was {state}")
         for path in (Path(self.artifacts.root) / LOG_FOLDER).glob(f"job-{job.id}-*.log"):
             path.unlink(missing_ok=True)  # also those of the job's earlier runners
 

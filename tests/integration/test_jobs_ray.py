@@ -13,6 +13,7 @@ import pytest
 
 from client import Client
 from client.models import JobPublic
+from service.jobs.executors import RAY_TASK_PREFIX
 from tests.integration.test_jobs import (
     LEASE,
     assert_exact_lineage,
@@ -26,9 +27,11 @@ from tests.integration.test_jobs import (
 pytestmark = [pytest.mark.integration, pytest.mark.job_processes]
 
 
-def ray_task_pids() -> list[int]:
-    """The Ray worker processes running a job worker's task (titled ``ray::run_worker``)."""
-    found = []
+def ray_job_workers() -> dict[str, int]:
+    """The Ray worker processes running a job worker's task, by worker id (Ray titles each
+    ``ray::asktell worker <worker id>``)."""
+    found = {}
+    prefix = b"ray::" + RAY_TASK_PREFIX.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -36,8 +39,8 @@ def ray_task_pids() -> list[int]:
             title = (entry / "cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        if title.startswith(b"ray::run_worker"):
-            found.append(int(entry.name))
+        if title.startswith(prefix):
+            found[title.removeprefix(prefix).decode()] = int(entry.name)
     return found
 
 
@@ -86,12 +89,20 @@ def test_a_killed_ray_worker_costs_only_its_unit(start_server, tmp_path):
         job = client.submit_job(**job_fields("killed", steps=400, engine=engine))
         study = client.get_study(job.info.study_id)
         wait_until("a unit told", lambda: job.refresh().units_done >= 2, server, 120)
-        running = wait_until(
-            "a unit in training", lambda: list(study.trials(states=["running"])), server, 60
-        )
-        victims = ray_task_pids()
-        assert victims, "no Ray worker runs a job worker"
-        os.kill(victims[0], signal.SIGKILL)
+        # Stop a worker's process, and kill it once it is seen holding a unit (between units
+        # it holds none).
+        held: list[int] = []
+        for _ in range(50):
+            workers = wait_until("Ray job workers", ray_job_workers, server, 60)
+            victim, pid = sorted(workers.items())[0]
+            os.kill(pid, signal.SIGSTOP)
+            held = [t.number for t in study.trials(states=["running"]) if t.worker_id == victim]
+            if held:
+                break
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        assert held, "the worker never held a unit"
+        os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         info = job.wait(progress=False, timeout=300)
         assert info.state == "succeeded", (info.error, server.log_tail())
@@ -99,7 +110,7 @@ def test_a_killed_ray_worker_costs_only_its_unit(start_server, tmp_path):
         trials = {t.number: t for t in units(client, info)}
         # The killed worker's unit was served again (not trained from another start) and
         # completed; the job did not wait for its lease to lapse.
-        assert any(trials[t.number].retries >= 1 for t in running)
+        assert all(trials[number].retries >= 1 for number in held)
         assert all(t.state == "completed" for t in trials.values())
         assert info.finished_at is not None
         assert time.monotonic() - killed_at < 300
