@@ -3,11 +3,14 @@ value types, bounded numbers, free-form JSON, and the base classes of request bo
 
 from __future__ import annotations
 
+import functools
 import math
+import types
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 CategoryValue = str | bool | int | float
 ParamValue = CategoryValue
@@ -62,10 +65,57 @@ def _plain_json(value: Any, depth: int = 1) -> Any:
 JsonDict = Annotated[dict[str, Any], AfterValidator(_plain_json)]
 
 
+def required_tag(tag: str) -> Callable[[dict[str, Any]], None]:
+    """``json_schema_extra`` of a member of a tagged union: the server picks the member by its
+    ``tag`` field, so a body must carry it. The schema lists it as required, with no default;
+    Python callers may still leave it out (the model fills it in)."""
+
+    def mark(schema: dict[str, Any]) -> None:
+        schema["properties"][tag].pop("default", None)
+        schema["required"] = [tag, *(f for f in schema.get("required", []) if f != tag)]
+
+    return mark
+
+
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The types a field's annotation is made of, through ``Annotated`` and unions."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _leaf_types(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return set().union(*(_leaf_types(arg) for arg in get_args(annotation)))
+    return {annotation}
+
+
 class _Request(BaseModel):
+    """A request body. Strict: ``"1.5"`` is not a number, ``true`` not a count. A whole number
+    written with a fraction (``2.0``) is an integer, as in JSON Schema (the OpenAPI document's
+    ``integer``), so a field that takes integers takes it."""
+
     # NaN and infinities are refused in configs; bodies that carry results accept them so
     # that the server can answer with its own message (tell the trial as failed).
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+    @classmethod
+    @functools.cache
+    def _takes_integers_only(cls, field: str) -> bool:
+        leaves = _leaf_types(cls.model_fields[field].annotation)
+        return int in leaves and float not in leaves
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers_are_integers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {
+            name: int(value)
+            if isinstance(value, float)
+            and value.is_integer()
+            and name in cls.model_fields
+            and cls._takes_integers_only(name)
+            else value
+            for name, value in data.items()
+        }
 
 
 class _Results(_Request):

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from client._wire import FINISHED_STATES as FINISHED_STATES
-from client._wire import AskTimeBudget, MaxTrials, _Request, _Results
+from client._wire import AskTimeBudget, MaxTrials, _Request, _Results, required_tag
 from client._wire import CategoryValue as CategoryValue
 from client._wire import Int32 as Int32
 from client._wire import Int64 as Int64
@@ -94,6 +94,8 @@ class FloatParameter(_Request):
     """A real number in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``),
     ``step`` (not with ``log``) restricts it to the grid ``low + k * step``."""
 
+    model_config = ConfigDict(json_schema_extra=required_tag("type"))
+
     type: Literal["float"] = "float"
     name: ParameterName
     low: float
@@ -105,6 +107,8 @@ class FloatParameter(_Request):
 class IntParameter(_Request):
     """An integer in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``)."""
 
+    model_config = ConfigDict(json_schema_extra=required_tag("type"))
+
     type: Literal["int"] = "int"
     name: ParameterName
     low: int
@@ -113,12 +117,16 @@ class IntParameter(_Request):
 
 
 class CategoricalParameter(_Request):
+    model_config = ConfigDict(json_schema_extra=required_tag("type"))
+
     type: Literal["categorical"] = "categorical"
     name: ParameterName
     choices: list[CategoryValue]
 
 
 class FixedParameter(_Request):
+    model_config = ConfigDict(json_schema_extra=required_tag("type"))
+
     type: Literal["fixed"] = "fixed"
     name: ParameterName
     value: CategoryValue

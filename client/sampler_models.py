@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from client._wire import FloatPair, JsonDict, _Request, _Results
+from client._wire import FloatPair, JsonDict, _Request, _Results, required_tag
 
 
 class GaussianInit(_Request):
     """Particles drawn from ``N(loc, scale^2 I)`` with the sampler's seed."""
+
+    model_config = ConfigDict(json_schema_extra=required_tag("kind"))
 
     kind: Literal["gaussian"] = "gaussian"
     loc: float | list[float] = 0.0
@@ -21,6 +23,8 @@ class GaussianInit(_Request):
 
 class PointsInit(_Request):
     """Particles at the given positions, ``n_particles x dim``."""
+
+    model_config = ConfigDict(json_schema_extra=required_tag("kind"))
 
     kind: Literal["points"] = "points"
     X: list[list[float]]

@@ -9,6 +9,7 @@ import pytest
 
 from engines.optim import registry
 from service.jobs import spec
+from tests.api.test_declared_defaults import body_schema, with_declared_defaults
 from tests.jobs.conftest import job_body
 
 
@@ -170,3 +171,19 @@ def test_bad_last_event_id(jobs_http):
     job = jobs_http.post("/v1/jobs", json=job_body()).json()
     r = jobs_http.get(f"/v1/jobs/{job['id']}/events", headers={"Last-Event-ID": "nope"})
     _problem(r, 422, "invalid_cursor")
+
+
+def test_a_job_created_with_its_declared_defaults_is_the_one_created_without(jobs_http):
+    document = jobs_http.app.openapi()
+    body = job_body("short", resources={})
+    schema = body_schema(document, "post", "/v1/jobs")
+    filled = {**with_declared_defaults(document, schema, body), "name": "long"}
+    assert filled["workload"] == "mlp" and filled["engine"] == "ipbt"
+    assert filled["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}
+    short, long = (jobs_http.post("/v1/jobs", json=b) for b in (body, filled))
+    assert short.status_code == long.status_code == 201, (short.text, long.text)
+    configs = [{**r.json()["config"], "name": None} for r in (short, long)]
+    assert configs[0] == configs[1]
+    studies = [jobs_http.get(f"/v1/studies/{r.json()['study_id']}").json() for r in (short, long)]
+    assert studies[0]["engine"] == studies[1]["engine"]
+    assert studies[0]["parameters"] == studies[1]["parameters"]
