@@ -3,14 +3,12 @@ value types, bounded numbers, free-form JSON, and the base classes of request bo
 
 from __future__ import annotations
 
-import functools
 import math
-import types
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 CategoryValue = str | bool | int | float
 ParamValue = CategoryValue
@@ -23,11 +21,20 @@ FINISHED_STATES: tuple[TrialState, ...] = ("completed", "failed", "infeasible")
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"\S")]
 #: A parameter's name: bounded like a Name; the search space itself refuses empty ones.
 ParameterName = Annotated[str, Field(max_length=256)]
+
+
+def _whole_number_as_int(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: An integer in a request body: a JSON integer, ``2.0`` included (an integer in JSON Schema,
+#: the OpenAPI document's ``integer``); never ``2.5``, text or a boolean.
+Integer = Annotated[int, BeforeValidator(_whole_number_as_int)]
 #: Bounded like the database columns that store them (PostgreSQL integer and bigint).
-Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
-Int64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Int32 = Annotated[Integer, Field(ge=0, le=2**31 - 1)]
+Int64 = Annotated[Integer, Field(ge=0, le=2**63 - 1)]
 #: A study's settings (``StudyCreate``): its trial budget, its engine's seconds per ask.
-MaxTrials = Annotated[int, Field(ge=1, lt=2**31)]
+MaxTrials = Annotated[Integer, Field(ge=1, lt=2**31)]
 AskTimeBudget = Annotated[float, Field(gt=0, le=86400)]
 #: A study's notes or a trial's note: free text, bounded so that a page of trials stays small.
 Note = Annotated[str, Field(max_length=10_000)]
@@ -77,45 +84,10 @@ def required_tag(tag: str) -> Callable[[dict[str, Any]], None]:
     return mark
 
 
-def _leaf_types(annotation: Any) -> set[Any]:
-    """The types a field's annotation is made of, through ``Annotated`` and unions."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return _leaf_types(get_args(annotation)[0])
-    if origin in (Union, types.UnionType):
-        return set().union(*(_leaf_types(arg) for arg in get_args(annotation)))
-    return {annotation}
-
-
 class _Request(BaseModel):
-    """A request body. Strict: ``"1.5"`` is not a number, ``true`` not a count. A whole number
-    written with a fraction (``2.0``) is an integer, as in JSON Schema (the OpenAPI document's
-    ``integer``), so a field that takes integers takes it."""
-
     # NaN and infinities are refused in configs; bodies that carry results accept them so
     # that the server can answer with its own message (tell the trial as failed).
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-
-    @classmethod
-    @functools.cache
-    def _takes_integers_only(cls, field: str) -> bool:
-        leaves = _leaf_types(cls.model_fields[field].annotation)
-        return int in leaves and float not in leaves
-
-    @model_validator(mode="before")
-    @classmethod
-    def _whole_numbers_are_integers(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        return {
-            name: int(value)
-            if isinstance(value, float)
-            and value.is_integer()
-            and name in cls.model_fields
-            and cls._takes_integers_only(name)
-            else value
-            for name, value in data.items()
-        }
 
 
 class _Results(_Request):

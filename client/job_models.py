@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from client._wire import Int32, JsonDict, Name, _Request
+from client._wire import Int32, Integer, JsonDict, Name, _Request
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 #: States a job does not leave.
@@ -40,9 +40,9 @@ class JobBudget(_Request):
     """``pbt``/``ipbt``: ``steps`` training steps per member (the engine's ``t_max``) and
     ``population`` members. Other engines: ``trials`` full runs of ``steps`` steps each."""
 
-    steps: int = Field(ge=1, le=10_000_000)
-    population: int | None = Field(default=None, ge=2, le=1000)
-    trials: int | None = Field(default=None, ge=1, le=100_000)
+    steps: Integer = Field(ge=1, le=10_000_000)
+    population: Integer | None = Field(default=None, ge=2, le=1000)
+    trials: Integer | None = Field(default=None, ge=1, le=100_000)
 
 
 class WorkerResources(_Request):
@@ -67,8 +67,8 @@ class JobCreate(_Request):
     engine: ShortName | JobEngine = "ipbt"
     budget: JobBudget
     #: Worker processes at most (default: the server's ``ASKTELL_JOB_WORKERS``, else its cores).
-    parallelism: int | None = Field(default=None, ge=1, le=256)
-    seed: int | None = Field(default=None, ge=0, lt=2**62)
+    parallelism: Integer | None = Field(default=None, ge=1, le=256)
+    seed: Integer | None = Field(default=None, ge=0, lt=2**62)
     #: Where the workers run: ``local`` (processes of the server running the job) or ``ray``
     #: (tasks on a Ray cluster). Default: the server's ``ASKTELL_EXECUTOR``.
     executor: Literal["local", "ray"] | None = None

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from client._wire import FINISHED_STATES as FINISHED_STATES
-from client._wire import AskTimeBudget, MaxTrials, _Request, _Results, required_tag
+from client._wire import AskTimeBudget, Integer, MaxTrials, _Request, _Results, required_tag
 from client._wire import CategoryValue as CategoryValue
 from client._wire import Int32 as Int32
 from client._wire import Int64 as Int64
@@ -111,8 +111,8 @@ class IntParameter(_Request):
 
     type: Literal["int"] = "int"
     name: ParameterName
-    low: int
-    high: int
+    low: Integer
+    high: Integer
     log: bool = False
 
 
@@ -175,8 +175,8 @@ class StudyConfig(_Request):
     #: serves its parameters to the next asker (up to ``max_retries`` times, then ``failed``);
     #: ``fail`` marks it ``failed`` at once.
     on_lease_expiry: Literal["requeue", "fail"] = "requeue"
-    max_retries: int = Field(default=3, ge=0, le=100)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    max_retries: Integer = Field(default=3, ge=0, le=100)
+    seed: Integer | None = Field(default=None, ge=0, lt=2**63)
 
 
 class StudyCreate(StudyConfig):
@@ -309,7 +309,7 @@ class StudiesPage(BaseModel):
 
 
 class AskRequest(_Request):
-    count: int = Field(default=1, ge=1, le=1000)
+    count: Integer = Field(default=1, ge=1, le=1000)
     worker_id: Annotated[str, Field(max_length=256)] | None = None
     lease_seconds: float | None = Field(default=None, ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS)
 

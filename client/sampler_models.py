@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from client._wire import FloatPair, JsonDict, _Request, _Results, required_tag
+from client._wire import FloatPair, Integer, JsonDict, _Request, _Results, required_tag
 
 
 class GaussianInit(_Request):
@@ -46,9 +46,9 @@ class SamplerCreate(_Request):
 
     name: Annotated[str, Field(max_length=256)] | None = None
     algorithm: Literal["a-mwgrad", "mwgrad"] = "a-mwgrad"
-    n_particles: int = Field(default=50, ge=2, le=4096)
-    dim: int = Field(ge=1, le=10_000)
-    n_targets: int = Field(ge=1, le=64)
+    n_particles: Integer = Field(default=50, ge=2, le=4096)
+    dim: Integer = Field(ge=1, le=10_000)
+    n_targets: Integer = Field(ge=1, le=64)
     kernel: Literal["svgd", "blob"] = "svgd"
     bandwidth: Literal["median"] | Annotated[float, Field(gt=0)] = "median"
     eta: float = Field(default=0.01, gt=0, le=100)
@@ -60,7 +60,7 @@ class SamplerCreate(_Request):
         default_factory=GaussianInit
     )
     bounds: FloatPair | None = None
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: Integer | None = Field(default=None, ge=0, lt=2**63)
     metadata: JsonDict = Field(default_factory=dict)
 
 
@@ -76,7 +76,7 @@ class SamplerTell(_Results):
     for ``iteration`` (the one asked; a tell for another is a 409). ``log_prob`` (``n_targets x
     n_particles``, optional) adds the mean negative log-density per target to the history."""
 
-    iteration: int = Field(ge=0)
+    iteration: Integer = Field(ge=0)
     grad_log_prob: list[list[list[float]]]
     log_prob: list[list[float]] | None = None
 

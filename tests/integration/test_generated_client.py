@@ -111,9 +111,9 @@ def test_a_generated_client_runs_a_study_and_reads_errors_as_problem_details(
     create_study, get_study = api("studies.studies_create_study"), api("studies.studies_get_study")
     ask, tell = api("trials.trials_ask"), api("trials.trials_tell")
     parameters = [
-        m.FloatParameter(name="x", low=-2.0, high=2.0),
-        m.IntParameter(name="n", low=0, high=3),
-        m.CategoricalParameter(name="kind", choices=["a", "b"]),
+        m.FloatParameter(type_="float", name="x", low=-2.0, high=2.0),
+        m.IntParameter(type_="int", name="n", low=0, high=3),
+        m.CategoricalParameter(type_="categorical", name="kind", choices=["a", "b"]),
     ]
     study_body = m.StudyCreate(
         name="generated",
@@ -162,7 +162,7 @@ def test_a_generated_client_runs_a_study_and_reads_errors_as_problem_details(
             assert (answer.parsed.status, answer.parsed.code) == (status, code), answer.content
 
         problem(get_study.sync_detailed(study.id + 1, client=client), 404, "not_found")
-        backwards = m.FloatParameter(name="x", low=1.0, high=0.0)
+        backwards = m.FloatParameter(type_="float", name="x", low=1.0, high=0.0)
         bad_space = m.StudyCreate(name="backwards", parameters=[backwards])
         problem(
             create_study.sync_detailed(client=client, body=bad_space), 422, "invalid_search_space"
