@@ -71,7 +71,8 @@ class PoolRefiller:
         self._store = store
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="pool-refill")
         self._guard = threading.Lock()
-        self._running: set[int] = set()
+        #: The studies refilling, with the refills they finished since they started.
+        self._running: dict[int, int] = {}
         self._again: set[int] = set()
 
     def request(self, tenant_id: int, study_id: int) -> None:
@@ -81,8 +82,14 @@ class PoolRefiller:
             if study_id in self._running:
                 self._again.add(study_id)
                 return
-            self._running.add(study_id)
+            self._running[study_id] = 0
         self._executor.submit(self._run, tenant_id, study_id)
+
+    def finished(self, study_id: int) -> int | None:
+        """How many refills of the study finished since its refills started; ``None`` when
+        none runs (an ask that found the pool short waits for the next)."""
+        with self._guard:
+            return self._running.get(study_id)
 
     def _run(self, tenant_id: int, study_id: int) -> None:
         while True:
@@ -92,9 +99,10 @@ class PoolRefiller:
                 log.exception("refilling the suggestion pool of study %d failed", study_id)
             with self._guard:
                 if study_id not in self._again:
-                    self._running.discard(study_id)
+                    del self._running[study_id]
                     return
                 self._again.discard(study_id)
+                self._running[study_id] += 1
 
     def stop(self) -> None:
         """Drop the refills not started and wait for the running ones."""

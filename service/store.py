@@ -61,6 +61,9 @@ class Store:
         #: study_id)``, after a tell or an ask (``service.pool_refill``); ``None``: this process
         #: neither refills nor serves the pool (``ASKTELL_SUGGESTION_POOL=0``, tests).
         self.refill_pool: Callable[[int, int], None] | None = None
+        #: How many refills of a study this process finished since they started running;
+        #: ``None`` when none runs (``PoolRefiller.finished``).
+        self.pool_refills_finished: Callable[[int], int | None] | None = None
 
     def study_lock(self, study_id: int) -> threading.Lock:
         """An in-process lock per study: asks on one study wait for each other, never for

@@ -13,15 +13,20 @@ trial finished since, or of a trial waiting or running, is not served.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.engine import Connection
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 from engines.base import History, Proposal
+from service.admission import DISCONNECT_POLL_SECONDS, ClientGone
 from service.db.models import Suggestion
 from service.problem import ParsedStudy
 from service.store import Store, studies_t, trials_t, utcnow
@@ -35,6 +40,13 @@ MAX_BATCH = 8
 
 #: Two points of the unit cube closer than this in every coordinate are the same point.
 SAME_POINT = 1e-9
+
+#: How often an ask that found the pool short looks whether a refill has finished.
+REFILL_POLL_SECONDS = 0.005
+#: The longest an ask waits for refills when the engine calls have no time budget.
+MAX_REFILL_WAIT_SECONDS = 60.0
+
+Answer = TypeVar("Answer")
 
 _POOL = (
     select(
@@ -91,6 +103,38 @@ class Pooled:
         """The details of the trial made from it: the engine's, and where it came from."""
         pool = {"revision": self.revision, "finished_since": self.finished_since}
         return {**self.details, "pool": pool}
+
+
+async def serve(
+    store: Store, study_id: int, request: Request, take: Callable[[], Answer | None]
+) -> Answer | None:
+    """An ask served from the pool: ``take`` (the ask from fresh pooled points, run in a
+    thread; ``None`` when they fall short) now, and again after each refill this process
+    finishes while it keeps refilling the study, holding no thread meanwhile, for at most the
+    engine's time budget. Without it, an ask that found the pool short would run the engine
+    itself behind the refill's locks, seconds, while the refill was about to serve it.
+
+    ``None``: the pool could not serve; the ask runs the engine. Raises ``ClientGone`` when
+    the client of a waiting ask disconnected."""
+    deadline = time.monotonic() + min(store.engine_pool.budget, MAX_REFILL_WAIT_SECONDS)
+    finished = store.pool_refills_finished
+    while True:
+        answer = await run_in_threadpool(take)
+        if answer is not None or finished is None:
+            return answer
+        seen = finished(study_id)
+        if seen is None:
+            return None
+        looked = time.monotonic()
+        while finished(study_id) == seen:
+            now = time.monotonic()
+            if now > deadline:
+                return None
+            if now - looked > DISCONNECT_POLL_SECONDS:
+                looked = now
+                if await request.is_disconnected():
+                    raise ClientGone
+            await asyncio.sleep(REFILL_POLL_SECONDS)
 
 
 def holds_any(conn: Connection, study_id: int) -> bool:

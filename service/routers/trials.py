@@ -96,12 +96,17 @@ async def ask(
     Fewer trials than ``count`` come with ``retry_after``. A busy study answers 503 with
     ``Retry-After``. An ``Idempotency-Key`` replays the first answer instead of handing out
     more trials."""
-    if suggestion_pool.may_serve(store, study_id):
-        # Fresh pooled points need no engine: they do not wait behind asks that run it.
-        pooled = await run_in_threadpool(asking.ask_from_pool, store, tenant, study_id, body, idem)
-        if pooled is not None:
-            return written(pooled)
     try:
+        if suggestion_pool.may_serve(store, study_id):
+            # Fresh pooled points need no engine: they do not wait behind asks that run it.
+            pooled = await suggestion_pool.serve(
+                store,
+                study_id,
+                request,
+                lambda: asking.ask_from_pool(store, tenant, study_id, body, idem),
+            )
+            if pooled is not None:
+                return written(pooled)
         return await admission.run(
             study_id, request, lambda: written(asking.ask(store, tenant, study_id, body, idem))
         )
@@ -275,14 +280,17 @@ async def tell(
     told = await run_in_threadpool(tell_ask.tell, store, tenant, study_id, number, body, idem)
     if not isinstance(told, TellResponse):
         return written(told)
-    if suggestion_pool.may_serve(store, study_id):
-        pooled = await run_in_threadpool(
-            tell_ask.ask_after_from_pool, store, tenant, study_id, body, idem, told
-        )
-        if pooled is not None:
-            return written(pooled)
     # The ask part waits for the study's turn like an ask, holding no thread meanwhile.
     try:
+        if suggestion_pool.may_serve(store, study_id):
+            pooled = await suggestion_pool.serve(
+                store,
+                study_id,
+                request,
+                lambda: tell_ask.ask_after_from_pool(store, tenant, study_id, body, idem, told),
+            )
+            if pooled is not None:
+                return written(pooled)
         return await admission.run(
             study_id,
             request,

@@ -10,6 +10,7 @@ points from its Sobol stream, so no model is fitted here."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -187,13 +188,16 @@ def test_refills_of_a_study_run_one_at_a_time_and_once_more_after_a_request_mean
 
     monkeypatch.setattr(pool_refill, "refill", slow_refill)
     refiller = pool_refill.PoolRefiller(store=None)  # type: ignore[arg-type]
+    assert refiller.finished(7) is None
     refiller.request(DEFAULT_TENANT_ID, 7)
     assert started.wait(timeout=10)
+    assert refiller.finished(7) == 0
     for _ in range(3):  # a burst of tells while the refill runs
         refiller.request(DEFAULT_TENANT_ID, 7)
     release.set()
     refiller.stop()
     assert runs == [7, 7]
+    assert refiller.finished(7) is None
 
 
 def test_a_tell_and_ask_takes_its_next_trial_from_the_pool(pooled):
@@ -212,3 +216,30 @@ def test_a_tell_and_ask_takes_its_next_trial_from_the_pool(pooled):
     (following,) = r.json()["next"]["trials"]
     assert following["params"] == first
     assert following["details"]["pool"] == {"revision": revision, "finished_since": 1}
+
+
+def test_an_ask_that_finds_the_pool_short_waits_for_the_running_refill(pooled):
+    """Not the engine behind the refill's locks: the refill's points serve it when stored."""
+    http = pooled
+    sid = _study(http)
+    (trial,) = _ask(http, sid)
+    _tell(http, sid, trial)
+    running = {sid: 0}  # a refill of the study runs in this process, none finished yet
+    http.store.pool_refills_finished = running.get
+
+    def refill_later() -> None:
+        time.sleep(0.3)
+        assert refill(http.store, DEFAULT_TENANT_ID, sid)
+        del running[sid]
+
+    thread = threading.Thread(target=refill_later)
+    started = time.monotonic()
+    thread.start()
+    (served,) = _ask(http, sid)
+    waited = time.monotonic() - started
+    thread.join()
+    assert waited >= 0.3
+    assert served["details"]["pool"]["finished_since"] == 0
+    # With no refill running, an ask on an empty pool runs the engine at once.
+    (inline,) = _ask(http, _study(http, name="other"))
+    assert "pool" not in inline["details"]
