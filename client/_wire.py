@@ -92,3 +92,9 @@ class _Request(BaseModel):
 
 class _Results(_Request):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=True, strict=True)
+
+
+class _TypeTagged(_Request):
+    """A member of a union tagged by ``type`` (a search-space parameter)."""
+
+    model_config = ConfigDict(json_schema_extra=required_tag("type"))

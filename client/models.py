@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from client._wire import FINISHED_STATES as FINISHED_STATES
-from client._wire import AskTimeBudget, Integer, MaxTrials, _Request, _Results, required_tag
+from client._wire import AskTimeBudget, Integer, MaxTrials, _Request, _Results, _TypeTagged
 from client._wire import CategoryValue as CategoryValue
 from client._wire import Int32 as Int32
 from client._wire import Int64 as Int64
@@ -90,11 +90,9 @@ MAX_LEASE_SECONDS = 7 * 86400
 # --- search space -------------------------------------------------------------------------
 
 
-class FloatParameter(_Request):
+class FloatParameter(_TypeTagged):
     """A real number in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``),
     ``step`` (not with ``log``) restricts it to the grid ``low + k * step``."""
-
-    model_config = ConfigDict(json_schema_extra=required_tag("type"))
 
     type: Literal["float"] = "float"
     name: ParameterName
@@ -104,10 +102,8 @@ class FloatParameter(_Request):
     step: float | None = None
 
 
-class IntParameter(_Request):
+class IntParameter(_TypeTagged):
     """An integer in ``[low, high]``; ``log`` searches it on a log scale (``low > 0``)."""
-
-    model_config = ConfigDict(json_schema_extra=required_tag("type"))
 
     type: Literal["int"] = "int"
     name: ParameterName
@@ -116,17 +112,13 @@ class IntParameter(_Request):
     log: bool = False
 
 
-class CategoricalParameter(_Request):
-    model_config = ConfigDict(json_schema_extra=required_tag("type"))
-
+class CategoricalParameter(_TypeTagged):
     type: Literal["categorical"] = "categorical"
     name: ParameterName
     choices: list[CategoryValue]
 
 
-class FixedParameter(_Request):
-    model_config = ConfigDict(json_schema_extra=required_tag("type"))
-
+class FixedParameter(_TypeTagged):
     type: Literal["fixed"] = "fixed"
     name: ParameterName
     value: CategoryValue

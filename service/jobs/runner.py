@@ -397,7 +397,10 @@ class JobRunner:
         # still running).
         self._revoke_worker_key(job)
         if state != "succeeded":
-            self._fail_running_units(job, f"the job was {state}")
+            try:
+                self._fail_running_units(job, f"the job was {state}")
+            except Exception:  # the job must still end; the units' leases lapse anyway
+                log.exception("job %d: failing its running units failed", job.id)
 
         def fn(conn: Connection) -> None:
             now = utcnow()

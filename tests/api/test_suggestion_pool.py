@@ -226,11 +226,14 @@ def test_an_ask_that_finds_the_pool_short_waits_for_the_running_refill(pooled):
     _tell(http, sid, trial)
     running = {sid: 0}  # a refill of the study runs in this process, none finished yet
     http.store.pool_refills_finished = running.get
+    stored: list[bool] = []
 
     def refill_later() -> None:
         time.sleep(0.3)
-        assert refill(http.store, DEFAULT_TENANT_ID, sid)
-        del running[sid]
+        try:
+            stored.append(refill(http.store, DEFAULT_TENANT_ID, sid))
+        finally:
+            del running[sid]
 
     thread = threading.Thread(target=refill_later)
     started = time.monotonic()
@@ -238,6 +241,7 @@ def test_an_ask_that_finds_the_pool_short_waits_for_the_running_refill(pooled):
     (served,) = _ask(http, sid)
     waited = time.monotonic() - started
     thread.join()
+    assert stored == [True]
     assert waited >= 0.3
     assert served["details"]["pool"]["finished_since"] == 0
     # With no refill running, an ask on an empty pool runs the engine at once.
