@@ -225,7 +225,7 @@ def start_operations(app: FastAPI, store: Store, settings: Settings) -> None:
     app.state.refiller = PoolRefiller(store)
     if settings.suggestion_pool:
         store.refill_pool = app.state.refiller.request
-        store.pool_refills_finished = app.state.refiller.finished
+        store.pool_refills = app.state.refiller
     app.state.metrics = state_registry(store, app.state.admission)
     docs_url = f"{settings.self_url}/docs"
     log.info("asktell serving database %s; API docs at %s", store.db.engine.url, docs_url)

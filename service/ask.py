@@ -96,10 +96,6 @@ _INSERT_TRIAL = insert(trials_t)
 _MAX_TRIALS = select(studies_t.c.config["max_trials"].as_integer()).where(
     studies_t.c.id == bindparam("study_id")
 )
-#: The study's own engine time budget per ask (a setting in its config column).
-_ASK_TIME_BUDGET = select(studies_t.c.config["ask_time_budget"].as_float()).where(
-    studies_t.c.id == bindparam("study_id")
-)
 _BUDGET_USED = select(func.count()).where(
     trials_t.c.study_id == bindparam("study_id"),
     trials_t.c.state.in_(("running", *FINISHED_STATES)),
@@ -339,9 +335,8 @@ def _snapshot(
     history = load_history(conn, ask.study_id, parsed, X_pending, ask.store.history)
     if parsed.engine.schedules_units:
         history = replace(history, units=load_units(conn, ask.study_id, parsed))
-    budget = ask.store.engine_pool.budget
-    own = conn.execute(_ASK_TIME_BUDGET, {"study_id": ask.study_id}).scalar()
-    return row, history, need, pooled, budget if own is None else min(budget, float(own))
+    budget = suggestion_pool.time_budget(conn, ask.study_id, ask.store.engine_pool.budget)
+    return row, history, need, pooled, budget
 
 
 def _commit(

@@ -13,10 +13,16 @@ the engine state, if no ask ran the engine meanwhile
 
 Single flight per study in a process: a refill asked while one runs makes that one run once
 more when it ends, so a burst of tells costs at most two refills. Any replica may refill.
+
+An ask that found the pool short while this process refills the study waits for the refill's
+end (``ended``, ``waiter``): a future of its event loop, settled from the refill's thread, so
+it holds no thread and polls nothing (``service.suggestion_pool.serve``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -71,9 +77,13 @@ class PoolRefiller:
         self._store = store
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="pool-refill")
         self._guard = threading.Lock()
-        #: The studies refilling, with the refills they finished since they started.
-        self._running: dict[int, int] = {}
+        #: The studies refilling.
+        self._running: set[int] = set()
         self._again: set[int] = set()
+        #: Refills ended in this process, of any study: a count that only grows.
+        self._ended = 0
+        #: Futures of the asks waiting for a study's next refill to end, with their loops.
+        self._waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
 
     def request(self, tenant_id: int, study_id: int) -> None:
         """Refill the study's pool in the background: now, or once more after the running
@@ -82,14 +92,31 @@ class PoolRefiller:
             if study_id in self._running:
                 self._again.add(study_id)
                 return
-            self._running[study_id] = 0
+            self._running.add(study_id)
         self._executor.submit(self._run, tenant_id, study_id)
 
-    def finished(self, study_id: int) -> int | None:
-        """How many refills of the study finished since its refills started; ``None`` when
-        none runs (an ask that found the pool short waits for the next)."""
+    def ended(self) -> int:
+        """How many refills (of any study) ended in this process so far. An ask reads it before
+        it looks at the pool, and gives it to ``waiter``: a refill that ends in between is
+        not missed."""
         with self._guard:
-            return self._running.get(study_id)
+            return self._ended
+
+    def waiter(self, study_id: int, seen: int) -> asyncio.Future[None] | None:
+        """A future of the running event loop, settled when a refill of the study ends; done
+        already if some refill ended since ``ended()`` was ``seen`` (the pool may have changed:
+        look again); ``None`` when none ended since and none of the study runs (nothing to
+        wait for)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._guard:
+            if self._ended != seen:
+                future.set_result(None)
+            elif study_id not in self._running:
+                return None
+            else:
+                self._waiters.setdefault(study_id, []).append((loop, future))
+        return future
 
     def _run(self, tenant_id: int, study_id: int) -> None:
         while True:
@@ -98,15 +125,23 @@ class PoolRefiller:
             except Exception:  # the next tell asks again; the asks compute inline meanwhile
                 log.exception("refilling the suggestion pool of study %d failed", study_id)
             with self._guard:
+                self._ended += 1
+                for loop, future in self._waiters.pop(study_id, []):
+                    with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+                        loop.call_soon_threadsafe(_settle, future)
                 if study_id not in self._again:
-                    del self._running[study_id]
+                    self._running.discard(study_id)
                     return
                 self._again.discard(study_id)
-                self._running[study_id] += 1
 
     def stop(self) -> None:
         """Drop the refills not started and wait for the running ones."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():  # a waiter that gave up cancelled it
+        future.set_result(None)
 
 
 def refill(store: Store, tenant_id: int, study_id: int) -> bool:

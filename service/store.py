@@ -10,7 +10,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from sqlalchemy import Select, bindparam, select, update
@@ -26,6 +26,9 @@ from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
 from service.lru import LruCache
 from service.problem import ParsedStudy, ParsedStudyCache
+
+if TYPE_CHECKING:
+    from service.pool_refill import PoolRefiller
 
 studies_t = Study.__table__
 trials_t = Trial.__table__
@@ -61,9 +64,8 @@ class Store:
         #: study_id)``, after a tell or an ask (``service.pool_refill``); ``None``: this process
         #: neither refills nor serves the pool (``ASKTELL_SUGGESTION_POOL=0``, tests).
         self.refill_pool: Callable[[int, int], None] | None = None
-        #: How many refills of a study this process finished since they started running;
-        #: ``None`` when none runs (``PoolRefiller.finished``).
-        self.pool_refills_finished: Callable[[int], int | None] | None = None
+        #: This process's refills, which an ask that found a pool short waits for.
+        self.pool_refills: PoolRefiller | None = None
 
     def study_lock(self, study_id: int) -> threading.Lock:
         """An in-process lock per study: asks on one study wait for each other, never for

@@ -14,6 +14,8 @@ trial finished since, or of a trial waiting or running, is not served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,9 +43,7 @@ MAX_BATCH = 8
 #: Two points of the unit cube closer than this in every coordinate are the same point.
 SAME_POINT = 1e-9
 
-#: How often an ask that found the pool short looks whether a refill has finished.
-REFILL_POLL_SECONDS = 0.005
-#: The longest an ask waits for refills when the engine calls have no time budget.
+#: The longest an ask waits for refills, whatever the engine's time budget.
 MAX_REFILL_WAIT_SECONDS = 60.0
 
 Answer = TypeVar("Answer")
@@ -59,6 +59,10 @@ _POOL = (
     )
     .where(suggestions_t.c.study_id == bindparam("study_id"))
     .order_by(suggestions_t.c.id)
+)
+#: The study's own engine time budget per ask (a setting in its config column).
+_ASK_TIME_BUDGET = select(studies_t.c.config["ask_time_budget"].as_float()).where(
+    studies_t.c.id == bindparam("study_id")
 )
 _MAX_STALENESS = select(studies_t.c.config["max_staleness"].as_integer()).where(
     studies_t.c.id == bindparam("study_id")
@@ -89,6 +93,13 @@ def max_staleness(conn: Connection, study_id: int) -> int | None:
     return None if value is None else int(value)
 
 
+def time_budget(conn: Connection, study_id: int, server_budget: float) -> float:
+    """The seconds an engine call of the study may take: the server's budget, or the study's
+    ``ask_time_budget`` when lower."""
+    own = conn.execute(_ASK_TIME_BUDGET, {"study_id": study_id}).scalar()
+    return server_budget if own is None else min(server_budget, float(own))
+
+
 @dataclass(frozen=True)
 class Pooled:
     """A fresh suggestion, and how many trials finished since it was computed."""
@@ -109,32 +120,43 @@ async def serve(
     store: Store, study_id: int, request: Request, take: Callable[[], Answer | None]
 ) -> Answer | None:
     """An ask served from the pool: ``take`` (the ask from fresh pooled points, run in a
-    thread; ``None`` when they fall short) now, and again after each refill this process
-    finishes while it keeps refilling the study, holding no thread meanwhile, for at most the
-    engine's time budget. Without it, an ask that found the pool short would run the engine
-    itself behind the refill's locks, seconds, while the refill was about to serve it.
+    thread; ``None`` when they fall short) now, and again after each refill of the study this
+    process ends while the ask waits, holding no thread, for at most the study's engine time
+    budget (an inline engine call could take as long). Without it, an ask that found the pool
+    short would run the engine itself behind the refill's locks, seconds, while the refill was
+    about to serve it.
 
     ``None``: the pool could not serve; the ask runs the engine. Raises ``ClientGone`` when
     the client of a waiting ask disconnected."""
-    deadline = time.monotonic() + min(store.engine_pool.budget, MAX_REFILL_WAIT_SECONDS)
-    finished = store.pool_refills_finished
+    refills = store.pool_refills
+    deadline: float | None = None
     while True:
+        seen = None if refills is None else refills.ended()
         answer = await run_in_threadpool(take)
-        if answer is not None or finished is None:
+        if answer is not None or refills is None or seen is None:
             return answer
-        seen = finished(study_id)
-        if seen is None:
+        ended = refills.waiter(study_id, seen)
+        if ended is None:
             return None
-        looked = time.monotonic()
-        while finished(study_id) == seen:
-            now = time.monotonic()
-            if now > deadline:
-                return None
-            if now - looked > DISCONNECT_POLL_SECONDS:
-                looked = now
-                if await request.is_disconnected():
+        if deadline is None:
+            own = functools.partial(
+                time_budget, study_id=study_id, server_budget=store.engine_pool.budget
+            )
+            budget = await run_in_threadpool(store.db.read, own)
+            deadline = time.monotonic() + min(budget, MAX_REFILL_WAIT_SECONDS)
+        try:
+            while not ended.done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        asyncio.shield(ended), min(remaining, DISCONNECT_POLL_SECONDS)
+                    )
+                if not ended.done() and await request.is_disconnected():
                     raise ClientGone
-            await asyncio.sleep(REFILL_POLL_SECONDS)
+        finally:
+            ended.cancel()  # settled already, or nobody waits for it any more
 
 
 def holds_any(conn: Connection, study_id: int) -> bool:

@@ -9,6 +9,7 @@ points from its Sobol stream, so no model is fitted here."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -23,7 +24,7 @@ from service.db.models import DEFAULT_TENANT_ID
 from service.pool_refill import refill
 from service.settings import Settings
 from service.store import Store
-from service.suggestion_pool import suggestions_t
+from service.suggestion_pool import serve, suggestions_t
 from tests.conftest import study_body
 
 
@@ -188,16 +189,46 @@ def test_refills_of_a_study_run_one_at_a_time_and_once_more_after_a_request_mean
 
     monkeypatch.setattr(pool_refill, "refill", slow_refill)
     refiller = pool_refill.PoolRefiller(store=None)  # type: ignore[arg-type]
-    assert refiller.finished(7) is None
     refiller.request(DEFAULT_TENANT_ID, 7)
     assert started.wait(timeout=10)
-    assert refiller.finished(7) == 0
+    assert refiller.ended() == 0
     for _ in range(3):  # a burst of tells while the refill runs
         refiller.request(DEFAULT_TENANT_ID, 7)
     release.set()
     refiller.stop()
     assert runs == [7, 7]
-    assert refiller.finished(7) is None
+    assert refiller.ended() == 2
+
+
+def test_a_waiter_misses_no_refill_end():
+    """An ask reads ``ended()`` before it looks at the pool: a refill that ends before it asks
+    for a waiter gives it one that is done; a waiter is settled by the next end of its study's
+    refill, from the refill's thread; with no refill running there is nothing to wait for."""
+    release = threading.Event()
+    refiller = pool_refill.PoolRefiller(store=None)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        assert refiller.waiter(7, refiller.ended()) is None  # none runs
+        refiller.request(DEFAULT_TENANT_ID, 7)
+        seen = refiller.ended()
+        waiting = refiller.waiter(7, seen)
+        other = refiller.waiter(8, seen)
+        assert waiting is not None and not waiting.done() and other is None
+        release.set()  # the refill ends in its thread
+        await asyncio.wait_for(waiting, timeout=10)
+        # The ask that read ``seen`` before that end looks at the pool again at once.
+        missed = refiller.waiter(7, seen)
+        assert missed is not None and missed.done()
+
+    def slow_refill(store, tenant_id, study_id):
+        release.wait(timeout=10)
+        return True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pool_refill, "refill", slow_refill)
+        asyncio.run(scenario())
+        refiller.stop()
+    assert refiller.ended() == 1
 
 
 def test_a_tell_and_ask_takes_its_next_trial_from_the_pool(pooled):
@@ -218,32 +249,55 @@ def test_a_tell_and_ask_takes_its_next_trial_from_the_pool(pooled):
     assert following["details"]["pool"] == {"revision": revision, "finished_since": 1}
 
 
-def test_an_ask_that_finds_the_pool_short_waits_for_the_running_refill(pooled):
-    """Not the engine behind the refill's locks: the refill's points serve it when stored."""
+@pytest.fixture
+def slow_refills(pooled, monkeypatch):
+    """The app's refills run by a real ``PoolRefiller``, each starting ``delay[0]`` seconds
+    late; ``release`` ends a refill's delay early."""
     http = pooled
+    delay, release, refill_now = [0.3], threading.Event(), pool_refill.refill
+
+    def late_refill(store, tenant_id, study_id):
+        release.wait(timeout=delay[0])
+        return refill_now(store, tenant_id, study_id)
+
+    monkeypatch.setattr(pool_refill, "refill", late_refill)
+    refiller = pool_refill.PoolRefiller(http.store)
+    http.store.pool_refills = refiller
+    yield http, refiller, delay
+    release.set()
+    refiller.stop()
+
+
+def test_an_ask_that_finds_the_pool_short_waits_for_the_running_refill(slow_refills):
+    """Not the engine behind the refill's locks: the refill's points serve it when stored."""
+    http, refiller, _ = slow_refills
     sid = _study(http)
     (trial,) = _ask(http, sid)
     _tell(http, sid, trial)
-    running = {sid: 0}  # a refill of the study runs in this process, none finished yet
-    http.store.pool_refills_finished = running.get
-    stored: list[bool] = []
-
-    def refill_later() -> None:
-        time.sleep(0.3)
-        try:
-            stored.append(refill(http.store, DEFAULT_TENANT_ID, sid))
-        finally:
-            del running[sid]
-
-    thread = threading.Thread(target=refill_later)
     started = time.monotonic()
-    thread.start()
+    refiller.request(DEFAULT_TENANT_ID, sid)
     (served,) = _ask(http, sid)
-    waited = time.monotonic() - started
-    thread.join()
-    assert stored == [True]
-    assert waited >= 0.3
+    assert time.monotonic() - started >= 0.3
+    assert refiller.ended() == 1
     assert served["details"]["pool"]["finished_since"] == 0
     # With no refill running, an ask on an empty pool runs the engine at once.
     (inline,) = _ask(http, _study(http, name="other"))
     assert "pool" not in inline["details"]
+
+
+class _Connected:
+    async def is_disconnected(self) -> bool:
+        return False
+
+
+def test_an_ask_waits_for_a_refill_no_longer_than_the_study_s_time_budget(slow_refills):
+    http, refiller, delay = slow_refills
+    delay[0] = 10.0
+    sid = _study(http, ask_time_budget=0.4)
+    refiller.request(DEFAULT_TENANT_ID, sid)
+    started = time.monotonic()
+    served = asyncio.run(serve(http.store, sid, _Connected(), lambda: None))  # type: ignore[arg-type]
+    waited = time.monotonic() - started
+    assert served is None  # the ask goes on to run the engine
+    assert 0.4 <= waited < 3.0
+    assert refiller.ended() == 0
