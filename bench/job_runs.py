@@ -3,6 +3,7 @@ submitted and awaited with its figures, the runs' medians, and the parts' config
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import time
@@ -105,12 +106,15 @@ def run_job(
 
 
 def time_breakdown(client: Any, info: Any) -> dict[str, float]:
-    """Sums over the study's told units of what the workers recorded in their metadata, and
-    the job's start-up (its start to the first unit's, worker processes starting included)
-    and wind-down (the last unit told to the job's end: test score, model) in seconds."""
+    """Sums over the study's told units of what the workers recorded in their metadata; the
+    job's start-up (its start to the first unit's, worker processes starting included) and
+    wind-down (the last unit told to the job's end: test score, model); and the generation
+    gaps (from the last unit of a generation told to the first unit of the next started:
+    every worker waits while the engine closes the generation), in seconds."""
     keys = ("train_seconds", "load_seconds", "save_seconds", "unit_seconds", "ask_seconds")
     sums = dict.fromkeys(keys, 0.0)
     starts, ends = [], []
+    generations: dict[int, list[Any]] = {}
     for trial in client.get_study(info.study_id).trials():
         meta = trial.metadata or {}
         for k in keys:
@@ -118,9 +122,21 @@ def time_breakdown(client: Any, info: Any) -> dict[str, float]:
         starts.append(trial.started_at or trial.created_at)
         if trial.completed_at is not None:
             ends.append(trial.completed_at)
+        if trial.unit is not None:
+            generations.setdefault(trial.unit.generation, []).append(trial)
     if starts and ends and info.started_at and info.finished_at:
         sums["startup_seconds"] = (min(starts) - info.started_at).total_seconds()
         sums["winddown_seconds"] = (info.finished_at - max(ends)).total_seconds()
+    order = sorted(generations)
+    sums["generation_gap_seconds"] = sum(
+        (
+            min(t.started_at or t.created_at for t in generations[b])
+            - max(t.completed_at for t in generations[a] if t.completed_at is not None)
+        ).total_seconds()
+        for a, b in itertools.pairwise(order)
+        if any(t.completed_at is not None for t in generations[a])
+    )
+    sums["generations"] = float(len(order))
     return sums
 
 

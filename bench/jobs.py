@@ -214,14 +214,17 @@ def report_part2(jobs: list[dict[str, Any]]) -> dict[str, Any]:
                 f"{b['save_seconds'] / total:.1%}",
                 f"{b.get('startup_seconds', 0.0) / r['elapsed_s']:.1%}",
                 f"{b.get('winddown_seconds', 0.0) / r['elapsed_s']:.1%}",
+                f"{b['generation_gap_seconds'] / r['elapsed_s']:.1%} of {b['generations']:.0f}",
                 r["units"],
                 f"{r['overhead_s_per_unit']:.3f}",
             ]
         )
     print(
         "Shares of the workers' time (2 x elapsed): overhead, and of it the asks and the "
-        "checkpoint loads and saves; start-up (the job's start to its first unit) and "
-        "wind-down (last unit to the job's end) are shares of the elapsed time.\n"
+        "checkpoint loads and saves; start-up (the job's start to its first unit), "
+        "wind-down (last unit to the job's end) and the generation gaps (a generation's last "
+        "unit told to the next one's first started: the engine closing the generation while "
+        "every worker waits) are shares of the elapsed time.\n"
     )
     markdown_table(
         [
@@ -234,6 +237,7 @@ def report_part2(jobs: list[dict[str, Any]]) -> dict[str, Any]:
             "ckpt save",
             "start-up",
             "wind-down",
+            "generation gaps",
             "units",
             "overhead s per unit-worker",
         ],
@@ -247,6 +251,11 @@ def report_part2(jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "job_ask_share": round4(
             statistics.median(
                 r["breakdown"]["ask_seconds"] / (WORKERS * r["elapsed_s"]) for r in jobs
+            )
+        ),
+        "job_generation_gap_share": round4(
+            statistics.median(
+                r["breakdown"]["generation_gap_seconds"] / r["elapsed_s"] for r in jobs
             )
         ),
         "job_startup_share": round4(
