@@ -4,7 +4,8 @@ Imported by the bench for the problems; run as a subprocess for everything that 
 (the TuRBO-ENN authors' package, PyPI ``ennbo==0.3.3``, installed with ``--no-deps``). ennbo
 sets ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` and imports torch when it is imported, which would leave
 the bench's torch single-threaded, so it only ever runs in its own process:
-``python bench/_ennbo_run.py < request.json > result.json``. The request is one JSON object:
+``python -m bench._ennbo_run < request.json > result.json``, from the repository's root. The
+request is one JSON object:
 
 - ``{"mode": "timing", "configs": [{"n", "d", "q", "acq"}...], "reps": 3, "seed": 0}``: per
   config, a fresh optimizer on [0,1]^d (Rust path: ENN with an explicit ``k=10``,
@@ -22,6 +23,7 @@ The answer is one JSON object on stdout. ennbo maximizes: it is told ``-f``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -63,8 +65,18 @@ PROBLEMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def objective(name: str, U: np.ndarray) -> np.ndarray:
-    """Problem ``name`` (minimized) at unit-cube points ``U``: ``(n,)``."""
+    """Problem ``name`` (minimized) at unit-cube points ``U``: ``(n,)``; ``bbob-fN`` is COCO's
+    bbob function N on its own domain (``bench/bbob.py``)."""
+    if name.startswith("bbob-f"):
+        return _bbob(int(name.removeprefix("bbob-f")), U.shape[1])(U)
     return PROBLEMS[name](to_box(U))
+
+
+@functools.cache
+def _bbob(function: int, d: int) -> Callable[[np.ndarray], np.ndarray]:
+    from bench.bbob import Objective
+
+    return Objective(function, d)
 
 
 def timing_data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

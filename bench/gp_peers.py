@@ -30,16 +30,14 @@ tables and the final JSON line to stdout.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.bbob import HELD_OUT, TUNING, Objective, f_opt
 from bench.harness import (
     Bench,
     EngineMethod,
@@ -56,8 +54,6 @@ from engines.base import History, Problem
 from engines.space import FloatParam, SearchSpace
 
 D = 5
-TUNING = (1, 6, 10, 15, 20)
-HELD_OUT = (3, 8, 12, 17, 21)
 METHODS = ("gp", "optuna-gp", "optuna-tpe")
 #: The asks whose seconds a run reports: the last ones.
 TIMED_ASKS = 10
@@ -72,41 +68,6 @@ class Config:
     functions: tuple[int, ...]
     seeds: int
     evaluations: int
-
-
-def bbob(function: int) -> Any:
-    """The bbob function ``function`` (instance 1, d = ``D``) as a COCO problem."""
-    import cocoex
-
-    suite = cocoex.Suite("bbob", "instances: 1", f"dimensions: {D} function_indices: {function}")
-    return next(iter(suite))
-
-
-def f_opt(function: int) -> float:
-    """The function's value at its optimum: COCO writes the optimum to a file on request."""
-    problem = bbob(function)
-    with tempfile.TemporaryDirectory() as tmp:
-        here = os.getcwd()
-        os.chdir(tmp)
-        try:
-            problem._best_parameter("print")
-            x_opt = np.loadtxt(Path(tmp) / "._bbob_problem_best_parameter.txt")
-        finally:
-            os.chdir(here)
-    return float(problem(x_opt))
-
-
-class Objective:
-    """A bbob function on the unit cube (the domain [-5, 5]^d)."""
-
-    def __init__(self, function: int) -> None:
-        self.problem = bbob(function)
-        self.lower = np.asarray(self.problem.lower_bounds)
-        self.upper = np.asarray(self.problem.upper_bounds)
-
-    def __call__(self, U: np.ndarray) -> np.ndarray:
-        X = self.lower + U * (self.upper - self.lower)
-        return np.array([float(self.problem(x)) for x in X])
 
 
 def unit_problem() -> Problem:
@@ -169,7 +130,7 @@ def history_of(U: np.ndarray, y: np.ndarray) -> History:
 
 def run_one(job: Job, evaluations: int) -> dict[str, Any]:
     """One (function, method, seed) run: its best value and the seconds of its last asks."""
-    objective = Objective(int(job.problem))
+    objective = Objective(int(job.problem), D)
     method = make_method(job.method, int(job.problem), job.seed)
     U, y, asks = np.zeros((0, D)), np.zeros(0), []
     for _ in range(evaluations):
@@ -185,7 +146,7 @@ def run_one(job: Job, evaluations: int) -> dict[str, Any]:
 def time_ask(job: Job, _: int) -> dict[str, Any]:
     """Seconds of one ask after ``job.seed`` trials (the ask-time part; see the docstring)."""
     trials = job.seed
-    objective = Objective(ASK_TIME_FUNCTION)
+    objective = Objective(ASK_TIME_FUNCTION, D)
     rng = np.random.default_rng(seed_int(trials, 7))
     U = rng.random((trials - 3, D))
     y = objective(U)
@@ -244,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config((1, 8), 2, 20) if args.quick else Config(TUNING + HELD_OUT, 5, 50)
     bench = Bench("gp_peers", args.quick, CODE_PATHS)
     bench.header(f"d = {D}, {cfg.evaluations} evaluations, {cfg.seeds} seeds")
-    optimum = {f: f_opt(f) for f in cfg.functions}
+    optimum = {f: f_opt(f, D) for f in cfg.functions}
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     ask_times: dict[tuple[int, str], float] = {}
 

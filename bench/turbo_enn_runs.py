@@ -100,7 +100,7 @@ def run_ennbo(request: dict[str, Any], timeout: float) -> dict[str, Any] | None:
     """Run ``_ennbo_run.py`` on ``request``; None (with a note) when ennbo is unavailable."""
     try:
         done = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "_ennbo_run.py")],
+            [sys.executable, "-m", "bench._ennbo_run"],
             input=json.dumps(request),
             capture_output=True,
             text=True,

@@ -1,0 +1,221 @@
+"""Issue 22, the ``turbo-enn`` engine against what a user would pick instead: Optuna 5's
+``CmaEsSampler`` at its defaults and the TuRBO-ENN authors' ``ennbo`` package (0.3.3, in its
+own process: ``bench/_ennbo_run.py``), on ten functions of COCO's ``bbob`` suite
+(``bench/bbob.py``: instance 1, d = 20, the tuning half and the held-out half), 2,000
+evaluations, 3 seeds. ``turbo-enn`` (at its defaults, through the engine contract) and
+``ennbo`` are asked 4 points at a time, as in ``bench/turbo_enn.py``; CMA-ES one trial at a
+time (it keeps its own generations). Optuna's TPE is left out: at 2,000 trials its ask takes
+about 0.1 s, an hour of runs, and it trails the others on such budgets.
+
+A fourth method, ``turbo-enn keep-data``, is ``turbo-enn`` with ``restart_keeps_data: true``
+(a restart keeps the region's data and centre, as ennbo's does): the restart rule is decided on
+the tuning half by comparing the two.
+
+Figures per (function, method): the median over seeds of the regret ``best f - f_opt`` after
+the evaluations, with the seeds' range, and the run's wall seconds. Targets (issue 22), on the
+held-out half: ``turbo-enn``'s median regret at most CMA-ES's on most functions, and at most
+ennbo's on every one.
+
+    .venv/bin/python -m bench.turbo_enn_peers           # full: 10 functions x 3 methods x 3
+    .venv/bin/python -m bench.turbo_enn_peers --quick   # 2 functions, 1 seed, 200 evaluations
+
+Needs the ``bench`` extra (coco-experiment, cmaes, ennbo with ``--no-deps``). Each run is one
+process of a 2-worker grid. Progress goes to stderr; the tables and the JSON line to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.bbob import HELD_OUT, TUNING, Objective, f_opt
+from bench.harness import (
+    Bench,
+    EngineMethod,
+    Grid,
+    Job,
+    markdown_table,
+    print_target_table,
+    round4,
+    seed_int,
+)
+from bench.turbo_enn_runs import run_ennbo
+from engines.base import History, Problem
+from engines.space import FloatParam, SearchSpace
+
+D = 20
+Q = 4
+METHODS = ("turbo-enn", "optuna-cmaes", "ennbo", "turbo-enn keep-data")
+#: turbo-enn's options per method: its defaults, and the ablation whose restart keeps the
+#: region's data and centre (as ennbo's does), to decide the restart rule on the tuning half.
+TURBO_ENN_OPTIONS: dict[str, dict[str, Any]] = {
+    "turbo-enn": {},
+    "turbo-enn keep-data": {"restart_keeps_data": True},
+}
+CODE_PATHS = ("engines", "bench/turbo_enn_peers.py", "bench/bbob.py")
+
+
+def run_turbo_enn(options: dict[str, Any], function: int, seed: int, budget: int) -> list[float]:
+    problem = Problem(SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(D)]))
+    rng = np.random.default_rng(seed_int(seed, function))
+    engine = EngineMethod("turbo-enn", options, problem, rng)
+    objective = Objective(function, D)
+    X, y = np.zeros((0, D)), np.zeros(0)
+    while len(y) < budget:
+        count = min(Q, budget - len(y))
+        n = len(y)
+        history = History(X, y[:, None], np.zeros((n, 0)), np.zeros((0, D)), np.zeros((0, D)))
+        U = engine.propose(history, count)[:count]
+        X, y = np.vstack([X, U]), np.concatenate([y, objective(U)])
+    return y.tolist()
+
+
+def run_cmaes(function: int, seed: int, budget: int) -> list[float]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.CmaEsSampler(seed=seed_int(seed, function) % 2**31)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    objective = Objective(function, D)
+    names = [f"x{i}" for i in range(D)]
+    values = []
+    for _ in range(budget):
+        trial = study.ask()
+        u = np.array([[trial.suggest_float(n, 0.0, 1.0) for n in names]])
+        value = float(objective(u)[0])
+        study.tell(trial, value)
+        values.append(value)
+    return values
+
+
+def run_one(job: Job, budget: int) -> dict[str, Any]:
+    """One (function, method, seed) run: every value, and the wall seconds."""
+    function, start = int(job.problem), time.perf_counter()
+    if job.method in TURBO_ENN_OPTIONS:
+        values = run_turbo_enn(TURBO_ENN_OPTIONS[job.method], function, job.seed, budget)
+    elif job.method == "optuna-cmaes":
+        values = run_cmaes(function, job.seed, budget)
+    else:
+        request = {
+            "mode": "optimize",
+            "runs": [
+                {
+                    "problem": f"bbob-f{function}",
+                    "d": D,
+                    "budget": budget,
+                    "q": Q,
+                    "seed": seed_int(job.seed, function) % 2**31,
+                }
+            ],
+        }
+        answer = run_ennbo(request, timeout=3600)
+        if answer is None:
+            return {"best": None, "wall_s": time.perf_counter() - start}
+        values = answer["results"][0]["values"]
+    return {"best": float(min(values)), "wall_s": time.perf_counter() - start}
+
+
+def summarize(runs: list[dict[str, Any]], optimum: float) -> dict[str, Any] | None:
+    regrets = [r["best"] - optimum for r in runs if r["best"] is not None]
+    if not regrets:
+        return None
+    return {
+        "regret": statistics.median(regrets),
+        "low": min(regrets),
+        "high": max(regrets),
+        "wall_s": statistics.mean(r["wall_s"] for r in runs),
+    }
+
+
+def print_half(title: str, functions: list[int], results: dict[int, dict[str, Any]]) -> None:
+    print(f"\n## {title}: median regret [range over seeds]; mean wall s per run\n")
+    rows = []
+    for f in functions:
+        row: list[object] = [f"f{f}"]
+        for m in METHODS:
+            s = results[f].get(m)
+            row.append(
+                "-"
+                if s is None
+                else f"{s['regret']:.3g} [{s['low']:.3g}, {s['high']:.3g}]; {s['wall_s']:.0f} s"
+            )
+        rows.append(row)
+    markdown_table(["function", *METHODS], rows, "l")
+
+
+def at_most(functions: list[int], results: dict[int, dict[str, Any]], peer: str) -> tuple[int, int]:
+    """Functions where turbo-enn's median regret is at most ``peer``'s, of those with both."""
+    both = [f for f in functions if results[f].get("turbo-enn") and results[f].get(peer)]
+    won = sum(results[f]["turbo-enn"]["regret"] <= results[f][peer]["regret"] for f in both)
+    return won, len(both)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 functions, 1 seed, 200 evals")
+    parser.add_argument("--methods", default=",".join(METHODS), help="a subset of the methods")
+    args = parser.parse_args(argv)
+    methods = [m for m in METHODS if m in args.methods.split(",")]
+    functions, seeds, budget = ((1, 8), 1, 200) if args.quick else (TUNING + HELD_OUT, 3, 2000)
+    bench = Bench("turbo_enn_peers", args.quick, CODE_PATHS)
+    bench.header(f"d = {D}, {budget} evaluations, {seeds} seeds, q = {Q}")
+    optimum = {f: f_opt(f, D) for f in functions}
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+
+    def on_run(job: Job, result: dict[str, Any]) -> None:
+        runs.setdefault((int(job.problem), job.method), []).append(result)
+        best = result["best"]
+        shown = "failed" if best is None else f"regret {best - optimum[int(job.problem)]:.4g}"
+        bench.progress(f"{job.label()}: {shown}, {result['wall_s']:.0f} s")
+
+    jobs = [Job(str(f), m, seed) for f in functions for seed in range(seeds) for m in methods]
+    with Grid(bench) as grid:
+        grid.run(run_one, jobs, on_run, budget)
+    results: dict[int, dict[str, Any]] = {
+        f: {m: summarize(runs.get((f, m), []), optimum[f]) for m in METHODS} for f in functions
+    }
+    tuning = [f for f in functions if f in TUNING]
+    held_out = [f for f in functions if f in HELD_OUT]
+    print_half("Tuning half", tuning, results)
+    print_half("Held-out half", held_out, results)
+    vs_cmaes, n_cmaes = at_most(held_out, results, "optuna-cmaes")
+    vs_ennbo, n_ennbo = at_most(held_out, results, "ennbo")
+    print()
+    print_target_table(
+        [
+            (
+                "held-out functions where turbo-enn <= CMA-ES",
+                float(vs_cmaes),
+                f"> {n_cmaes / 2:g} of {n_cmaes}",
+                vs_cmaes > n_cmaes / 2 if n_cmaes else None,
+            ),
+            (
+                "held-out functions where turbo-enn <= ennbo",
+                float(vs_ennbo),
+                f"= {n_ennbo}",
+                vs_ennbo == n_ennbo if n_ennbo else None,
+            ),
+        ]
+    )
+    out: dict[str, Any] = {
+        "bench": "turbo_enn_peers",
+        "version": bench.version,
+        "quick": args.quick,
+        "turbo_enn_held_out_at_most_cmaes": vs_cmaes,
+        "turbo_enn_held_out_at_most_ennbo": vs_ennbo,
+        "held_out_functions": len(held_out),
+        "median_regret": {
+            f"f{f}": {m: None if s is None else round4(s["regret"]) for m, s in results[f].items()}
+            for f in functions
+        },
+    }
+    bench.report(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
