@@ -93,7 +93,11 @@ class PoolRefiller:
                 self._again.add(study_id)
                 return
             self._running.add(study_id)
-        self._executor.submit(self._run, tenant_id, study_id)
+        try:
+            self._executor.submit(self._run, tenant_id, study_id)
+        except RuntimeError:  # stopped: the server is shutting down, nothing will refill
+            with self._guard:
+                self._running.discard(study_id)
 
     def ended(self) -> int:
         """How many refills (of any study) ended in this process so far. An ask reads it before

@@ -14,7 +14,6 @@ trial finished since, or of a trial waiting or running, is not served.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +130,13 @@ async def serve(
     refills = store.pool_refills
     deadline: float | None = None
     while True:
+        # A waiter can come back done at once (a refill of another study ended), so each pass
+        # after the first checks the deadline and the client before looking again.
+        if deadline is not None:
+            if time.monotonic() >= deadline:
+                return None
+            if await request.is_disconnected():
+                raise ClientGone
         seen = None if refills is None else refills.ended()
         answer = await run_in_threadpool(take)
         if answer is not None or refills is None or seen is None:
@@ -149,10 +155,8 @@ async def serve(
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        asyncio.shield(ended), min(remaining, DISCONNECT_POLL_SECONDS)
-                    )
+                # asyncio.wait neither cancels ``ended`` nor loses a cancellation of this task.
+                await asyncio.wait({ended}, timeout=min(remaining, DISCONNECT_POLL_SECONDS))
                 if not ended.done() and await request.is_disconnected():
                     raise ClientGone
         finally:

@@ -301,3 +301,42 @@ def test_an_ask_waits_for_a_refill_no_longer_than_the_study_s_time_budget(slow_r
     assert served is None  # the ask goes on to run the engine
     assert 0.4 <= waited < 3.0
     assert refiller.ended() == 0
+
+
+def test_refills_of_other_studies_do_not_keep_an_ask_past_its_budget(pooled, monkeypatch):
+    """Each look at the pool sees another study's refill end (its waiter comes back done at
+    once), while the study's own refill never ends: the ask still gives up within its
+    budget."""
+    http = pooled
+    sid = _study(http, ask_time_budget=0.4)
+    other, release = sid + 1000, threading.Event()
+
+    def fake_refill(store, tenant_id, study_id):
+        if study_id == sid:
+            release.wait(timeout=10)
+        return True
+
+    monkeypatch.setattr(pool_refill, "refill", fake_refill)
+    refiller = pool_refill.PoolRefiller(http.store)
+    http.store.pool_refills = refiller
+    refiller.request(DEFAULT_TENANT_ID, sid)
+    looks = [0]
+
+    def take() -> None:  # finds the pool short, while another study's refill ends
+        looks[0] += 1
+        before = refiller.ended()
+        refiller.request(DEFAULT_TENANT_ID, other)
+        while refiller.ended() == before:
+            time.sleep(0.001)
+
+    async def ask() -> object:
+        return await asyncio.wait_for(serve(http.store, sid, _Connected(), take), timeout=5)  # type: ignore[arg-type]
+
+    started = time.monotonic()
+    try:
+        assert asyncio.run(ask()) is None
+    finally:
+        release.set()
+        refiller.stop()
+    assert time.monotonic() - started < 3.0
+    assert looks[0] >= 2  # it did look again after the other study's refill
