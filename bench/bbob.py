@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import functools
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.harness import markdown_table
 
 #: f1 sphere, f6 attractive sector, f10 ellipsoid, f15 rotated Rastrigin, f20 Schwefel.
 TUNING = (1, 6, 10, 15, 20)
@@ -59,3 +62,56 @@ class Objective:
     def __call__(self, U: np.ndarray) -> np.ndarray:
         X = self.lower + np.clip(U, 0.0, 1.0) * (self.upper - self.lower)
         return np.array([float(self.problem(x)) for x in X])
+
+
+def regret_summary(
+    runs: list[dict[str, Any]], optimum: float, seconds: str
+) -> dict[str, Any] | None:
+    """The median over the runs (those with a ``best``) of the regret ``best - optimum``, its
+    range, and the mean of the runs' ``seconds`` figure; ``None`` without such a run."""
+    done = [r for r in runs if r["best"] is not None]
+    if not done:
+        return None
+    regrets = [r["best"] - optimum for r in done]
+    return {
+        "regret": statistics.median(regrets),
+        "low": min(regrets),
+        "high": max(regrets),
+        "seconds": statistics.mean(r[seconds] for r in done),
+    }
+
+
+def print_regret_table(
+    title: str,
+    functions: list[int],
+    methods: tuple[str, ...],
+    results: dict[int, dict[str, dict[str, Any] | None]],
+    seconds: str,
+) -> None:
+    """One half's table: per function and method, the median regret [range over seeds] and
+    the mean seconds (``seconds`` names them)."""
+    print(f"\n## {title}: median regret [range over seeds]; {seconds}\n")
+    rows = []
+    for f in functions:
+        row: list[object] = [f"f{f}"]
+        for m in methods:
+            s = results[f].get(m)
+            row.append(
+                "-"
+                if s is None
+                else f"{s['regret']:.3g} [{s['low']:.3g}, {s['high']:.3g}]; {s['seconds']:.2f} s"
+            )
+        rows.append(row)
+    markdown_table(["function", *methods], rows, "l")
+
+
+def at_most(
+    functions: list[int],
+    results: dict[int, dict[str, dict[str, Any] | None]],
+    method: str,
+    peer: str,
+) -> tuple[int, int]:
+    """Functions where ``method``'s median regret is at most ``peer``'s, of those with both."""
+    both = [f for f in functions if results[f].get(method) and results[f].get(peer)]
+    won = sum(results[f][method]["regret"] <= results[f][peer]["regret"] for f in both)  # type: ignore[index]
+    return won, len(both)

@@ -37,7 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.bbob import HELD_OUT, TUNING, Objective, f_opt
+from bench.bbob import (
+    HELD_OUT,
+    TUNING,
+    Objective,
+    at_most,
+    f_opt,
+    print_regret_table,
+    regret_summary,
+)
 from bench.harness import (
     Bench,
     EngineMethod,
@@ -164,40 +172,6 @@ def time_ask(job: Job, _: int) -> dict[str, Any]:
     return {"ask_s": statistics.median(seconds)}
 
 
-def summarize(runs: list[dict[str, Any]], optimum: float) -> dict[str, Any]:
-    regrets = [r["best"] - optimum for r in runs]
-    return {
-        "regret": statistics.median(regrets),
-        "low": min(regrets),
-        "high": max(regrets),
-        "ask_s": statistics.mean(r["ask_s"] for r in runs),
-        "seeds": len(runs),
-    }
-
-
-def print_half(title: str, functions: list[int], results: dict[int, dict[str, Any]]) -> None:
-    print(f"\n## {title}: median regret after the evaluations [range over seeds]; mean ask s\n")
-    rows = []
-    for f in functions:
-        row: list[object] = [f"f{f}"]
-        for m in METHODS:
-            s = results.get(f, {}).get(m)
-            row.append(
-                "-"
-                if s is None
-                else f"{s['regret']:.3g} [{s['low']:.3g}, {s['high']:.3g}]; {s['ask_s']:.2f} s"
-            )
-        rows.append(row)
-    markdown_table(["function", *METHODS], rows, "l")
-
-
-def wins(functions: list[int], results: dict[int, dict[str, Any]]) -> tuple[int, int]:
-    """Problems where ``gp``'s median regret is at most ``GPSampler``'s, of those with both."""
-    both = [f for f in functions if {"gp", "optuna-gp"} <= set(results.get(f, {}))]
-    won = sum(results[f]["gp"]["regret"] <= results[f]["optuna-gp"]["regret"] for f in both)
-    return won, len(both)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 functions, 2 seeds, 20 evals")
@@ -225,21 +199,21 @@ def main(argv: list[str] | None = None) -> int:
         grid.run(time_ask, [Job("ask", m, n) for n in at for m in METHODS], on_ask, 0)
         grid.run(run_one, jobs, on_run, cfg.evaluations)
     results = {
-        f: {m: summarize(runs[(f, m)], optimum[f]) for m in METHODS if (f, m) in runs}
+        f: {m: regret_summary(runs.get((f, m), []), optimum[f], "ask_s") for m in METHODS}
         for f in cfg.functions
     }
     tuning = [f for f in cfg.functions if f in TUNING]
     held_out = [f for f in cfg.functions if f in HELD_OUT]
-    print_half("Tuning half", tuning, results)
+    print_regret_table("Tuning half", tuning, METHODS, results, "mean ask s")
     if held_out:
-        print_half("Held-out half", held_out, results)
+        print_regret_table("Held-out half", held_out, METHODS, results, "mean ask s")
     print("\n## One ask (median of 3), seconds\n")
     markdown_table(
         ["trials", *METHODS],
         [[n, *(fmt(ask_times.get((n, m)), 3) for m in METHODS)] for n in at],
         "r",
     )
-    won, both = wins(held_out, results)
+    won, both = at_most(held_out, results, "gp", "optuna-gp")
     print()
     targets = [
         (
@@ -269,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         "gp_held_out_problems": both,
         "ask_s": {f"{m}_{n}": round4(ask_times.get((n, m))) for n in at for m in METHODS},
         "median_regret": {
-            f"f{f}": {m: round4(s["regret"]) for m, s in results[f].items()} for f in cfg.functions
+            f"f{f}": {m: None if s is None else round4(s["regret"]) for m, s in results[f].items()}
+            for f in cfg.functions
         },
     }
     bench.report(out)

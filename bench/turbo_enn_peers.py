@@ -26,19 +26,25 @@ process of a 2-worker grid. Progress goes to stderr; the tables and the JSON lin
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
 import numpy as np
 
-from bench.bbob import HELD_OUT, TUNING, Objective, f_opt
+from bench.bbob import (
+    HELD_OUT,
+    TUNING,
+    Objective,
+    at_most,
+    f_opt,
+    print_regret_table,
+    regret_summary,
+)
 from bench.harness import (
     Bench,
     EngineMethod,
     Grid,
     Job,
-    markdown_table,
     print_target_table,
     round4,
     seed_int,
@@ -119,41 +125,6 @@ def run_one(job: Job, budget: int) -> dict[str, Any]:
     return {"best": float(min(values)), "wall_s": time.perf_counter() - start}
 
 
-def summarize(runs: list[dict[str, Any]], optimum: float) -> dict[str, Any] | None:
-    regrets = [r["best"] - optimum for r in runs if r["best"] is not None]
-    if not regrets:
-        return None
-    return {
-        "regret": statistics.median(regrets),
-        "low": min(regrets),
-        "high": max(regrets),
-        "wall_s": statistics.mean(r["wall_s"] for r in runs),
-    }
-
-
-def print_half(title: str, functions: list[int], results: dict[int, dict[str, Any]]) -> None:
-    print(f"\n## {title}: median regret [range over seeds]; mean wall s per run\n")
-    rows = []
-    for f in functions:
-        row: list[object] = [f"f{f}"]
-        for m in METHODS:
-            s = results[f].get(m)
-            row.append(
-                "-"
-                if s is None
-                else f"{s['regret']:.3g} [{s['low']:.3g}, {s['high']:.3g}]; {s['wall_s']:.0f} s"
-            )
-        rows.append(row)
-    markdown_table(["function", *METHODS], rows, "l")
-
-
-def at_most(functions: list[int], results: dict[int, dict[str, Any]], peer: str) -> tuple[int, int]:
-    """Functions where turbo-enn's median regret is at most ``peer``'s, of those with both."""
-    both = [f for f in functions if results[f].get("turbo-enn") and results[f].get(peer)]
-    won = sum(results[f]["turbo-enn"]["regret"] <= results[f][peer]["regret"] for f in both)
-    return won, len(both)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 functions, 1 seed, 200 evals")
@@ -176,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     with Grid(bench) as grid:
         grid.run(run_one, jobs, on_run, budget)
     results: dict[int, dict[str, Any]] = {
-        f: {m: summarize(runs.get((f, m), []), optimum[f]) for m in METHODS} for f in functions
+        f: {m: regret_summary(runs.get((f, m), []), optimum[f], "wall_s") for m in METHODS}
+        for f in functions
     }
     tuning = [f for f in functions if f in TUNING]
     held_out = [f for f in functions if f in HELD_OUT]
-    print_half("Tuning half", tuning, results)
-    print_half("Held-out half", held_out, results)
-    vs_cmaes, n_cmaes = at_most(held_out, results, "optuna-cmaes")
-    vs_ennbo, n_ennbo = at_most(held_out, results, "ennbo")
+    print_regret_table("Tuning half", tuning, METHODS, results, "mean wall s per run")
+    print_regret_table("Held-out half", held_out, METHODS, results, "mean wall s per run")
+    vs_cmaes, n_cmaes = at_most(held_out, results, "turbo-enn", "optuna-cmaes")
+    vs_ennbo, n_ennbo = at_most(held_out, results, "turbo-enn", "ennbo")
     print()
     print_target_table(
         [
