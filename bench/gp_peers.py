@@ -53,13 +53,14 @@ from bench.harness import (
     Job,
     Method,
     fmt,
+    history_of,
     markdown_table,
     print_target_table,
     round4,
     seed_int,
+    unit_problem,
 )
-from engines.base import History, Problem
-from engines.space import FloatParam, SearchSpace
+from engines.base import History
 
 D = 5
 METHODS = ("gp", "optuna-gp", "optuna-tpe")
@@ -76,10 +77,6 @@ class Config:
     functions: tuple[int, ...]
     seeds: int
     evaluations: int
-
-
-def unit_problem() -> Problem:
-    return Problem(SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(D)]))
 
 
 class OptunaPeer(Method):
@@ -121,19 +118,20 @@ class OptunaPeer(Method):
 def make_method(method: str, function: int, seed: int) -> Method:
     rng_seed = seed_int(seed, function)
     if method == "gp":
-        return EngineMethod("gp", {}, unit_problem(), np.random.default_rng(rng_seed))
+        return EngineMethod("gp", {}, unit_problem(D), np.random.default_rng(rng_seed))
     return OptunaPeer("gp" if method == "optuna-gp" else "tpe", rng_seed % 2**31)
 
 
-def history_of(U: np.ndarray, y: np.ndarray) -> History:
-    n = len(U)
-    return History(
-        X=U.reshape(n, D),
-        Y=y.reshape(n, 1),
-        C=np.zeros((n, 0)),
-        X_pending=np.zeros((0, D)),
-        X_failed=np.zeros((0, D)),
-    )
+def step(
+    method: Method, objective: Objective, U: np.ndarray, y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """One ask (timed), its evaluation and its tell: the longer history and the ask's seconds."""
+    start = time.perf_counter()
+    u = method.propose(history_of(U, y), 1)[:1]
+    seconds = time.perf_counter() - start
+    value = objective(u)
+    method.tell(u, value[:, None], np.zeros((1, 0)))
+    return np.vstack([U, u]), np.concatenate([y, value]), seconds
 
 
 def run_one(job: Job, evaluations: int) -> dict[str, Any]:
@@ -142,12 +140,8 @@ def run_one(job: Job, evaluations: int) -> dict[str, Any]:
     method = make_method(job.method, int(job.problem), job.seed)
     U, y, asks = np.zeros((0, D)), np.zeros(0), []
     for _ in range(evaluations):
-        start = time.perf_counter()
-        u = method.propose(history_of(U, y), 1)[:1]
-        asks.append(time.perf_counter() - start)
-        value = objective(u)
-        method.tell(u, value[:, None], np.zeros((1, 0)))
-        U, y = np.vstack([U, u]), np.concatenate([y, value])
+        U, y, seconds = step(method, objective, U, y)
+        asks.append(seconds)
     return {"best": float(y.min()), "ask_s": float(np.mean(asks[-TIMED_ASKS:]))}
 
 
@@ -163,12 +157,8 @@ def time_ask(job: Job, _: int) -> dict[str, Any]:
         method.add(U, y)
     seconds = []
     for _ in range(3):
-        start = time.perf_counter()
-        u = method.propose(history_of(U, y), 1)[:1]
-        seconds.append(time.perf_counter() - start)
-        value = objective(u)
-        method.tell(u, value[:, None], np.zeros((1, 0)))
-        U, y = np.vstack([U, u]), np.concatenate([y, value])
+        U, y, ask_s = step(method, objective, U, y)
+        seconds.append(ask_s)
     return {"ask_s": statistics.median(seconds)}
 
 

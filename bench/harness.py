@@ -29,6 +29,7 @@ import numpy as np
 from bench.version import code_version
 from engines.base import History, Problem, Proposal
 from engines.registry import make_engine
+from engines.space import FloatParam, SearchSpace
 
 #: Worker processes of a grid: the benchmark machine has 2 cores.
 WORKERS = 2
@@ -66,6 +67,20 @@ def _interrupt(*_: object) -> None:
 def interrupt_on_sigterm() -> None:
     """SIGTERM unwinds like Ctrl-C, so a killed run still reports what it finished."""
     signal.signal(signal.SIGTERM, _interrupt)
+
+
+# --- problems -------------------------------------------------------------------------------
+
+
+def unit_problem(d: int, k: int = 0) -> Problem:
+    """The engines' view of a problem: ``d`` floats on [0, 1], ``k`` constraints."""
+    return Problem(SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(d)]), 1, k)
+
+
+def history_of(X: np.ndarray, y: np.ndarray) -> History:
+    """The history of one objective's values ``y: (n,)`` at ``X: (n, d)``, nothing pending."""
+    n, d = X.shape
+    return History(X, y.reshape(n, 1), np.zeros((n, 0)), np.zeros((0, d)))
 
 
 # --- methods --------------------------------------------------------------------------------

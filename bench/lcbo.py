@@ -82,6 +82,7 @@ from bench.harness import (
     print_notes,
     print_target_table,
     round4,
+    unit_problem,
 )
 from bench.lcbo_peers import (
     PROBLEMS,
@@ -92,7 +93,6 @@ from bench.lcbo_peers import (
     initial_design,
     make_method,
     run_notes,
-    unit_problem,
 )
 from engines.base import History
 from engines.registry import make_engine

@@ -14,9 +14,8 @@ import numpy as np
 import torch
 from scipy.stats import qmc
 
-from bench.harness import EngineMethod, Method, seed_int
-from engines.base import History, Problem
-from engines.space import FloatParam, SearchSpace
+from bench.harness import EngineMethod, Method, seed_int, unit_problem
+from engines.base import History
 
 Q = 4
 
@@ -97,11 +96,6 @@ def initial_design(spec: Spec, seed: int) -> tuple[np.ndarray, qmc.Sobol]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # n not a power of 2
         return sobol.random(spec.n_init), sobol
-
-
-def unit_problem(d: int, k: int) -> Problem:
-    """The engines' view of a problem: ``d`` floats on [0, 1], ``k`` constraints."""
-    return Problem(SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(d)]), 1, k)
 
 
 class LcboPeer(EngineMethod):

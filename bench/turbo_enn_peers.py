@@ -45,13 +45,13 @@ from bench.harness import (
     EngineMethod,
     Grid,
     Job,
+    history_of,
     print_target_table,
     round4,
     seed_int,
+    unit_problem,
 )
 from bench.turbo_enn_runs import run_ennbo
-from engines.base import History, Problem
-from engines.space import FloatParam, SearchSpace
 
 D = 20
 Q = 4
@@ -66,16 +66,13 @@ CODE_PATHS = ("engines", "bench/turbo_enn_peers.py", "bench/bbob.py")
 
 
 def run_turbo_enn(options: dict[str, Any], function: int, seed: int, budget: int) -> list[float]:
-    problem = Problem(SearchSpace([FloatParam(f"x{i}", 0.0, 1.0) for i in range(D)]))
     rng = np.random.default_rng(seed_int(seed, function))
-    engine = EngineMethod("turbo-enn", options, problem, rng)
+    engine = EngineMethod("turbo-enn", options, unit_problem(D), rng)
     objective = Objective(function, D)
     X, y = np.zeros((0, D)), np.zeros(0)
     while len(y) < budget:
         count = min(Q, budget - len(y))
-        n = len(y)
-        history = History(X, y[:, None], np.zeros((n, 0)), np.zeros((0, D)), np.zeros((0, D)))
-        U = engine.propose(history, count)[:count]
+        U = engine.propose(history_of(X, y), count)[:count]
         X, y = np.vstack([X, U]), np.concatenate([y, objective(U)])
     return y.tolist()
 

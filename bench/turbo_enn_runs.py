@@ -17,7 +17,7 @@ import numpy as np
 
 from bench._ennbo_run import HIGH, LOW, objective, timing_data
 from bench.gp_turbo import FIT_FAILURES, GPTurbo
-from bench.harness import EngineMethod, log
+from bench.harness import EngineMethod, history_of, log
 from bench.version import ROOT
 from engines.base import History, Problem
 from engines.registry import make_engine
@@ -54,11 +54,6 @@ def cfg_key(d: int, n: int, q: int) -> str:
 
 def make_problem(d: int) -> Problem:
     return Problem(SearchSpace([FloatParam(f"x{i}", LOW, HIGH) for i in range(d)]))
-
-
-def history_of(X: np.ndarray, y: np.ndarray) -> History:
-    n, d = X.shape
-    return History(X, y.reshape(n, 1), np.zeros((n, 0)), np.zeros((0, d)))
 
 
 # --- part 1: proposal time ----------------------------------------------------------------

@@ -19,9 +19,9 @@ import httpx
 import numpy as np
 
 from bench._ennbo_run import HIGH, LOW, objective, timing_data
-from bench.harness import EngineMethod, log
+from bench.harness import EngineMethod, history_of, log
 from bench.servers import free_port, server_process, wait_healthy
-from bench.turbo_enn_runs import ENGINE, history_of, make_problem
+from bench.turbo_enn_runs import ENGINE, make_problem
 
 if TYPE_CHECKING:
     from bench.turbo_enn import Settings
