@@ -128,6 +128,8 @@ async def serve(
     ``None``: the pool could not serve; the ask runs the engine. Raises ``ClientGone`` when
     the client of a waiting ask disconnected."""
     refills = store.pool_refills
+    if refills is None:  # this process does not refill: nothing to wait for
+        return await run_in_threadpool(take)
     deadline: float | None = None
     while True:
         # A waiter can come back done at once (a refill of another study ended), so each pass
@@ -137,9 +139,9 @@ async def serve(
                 return None
             if await request.is_disconnected():
                 raise ClientGone
-        seen = None if refills is None else refills.ended()
+        seen = refills.ended()
         answer = await run_in_threadpool(take)
-        if answer is not None or refills is None or seen is None:
+        if answer is not None:
             return answer
         ended = refills.waiter(study_id, seen)
         if ended is None:
