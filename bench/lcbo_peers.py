@@ -62,17 +62,7 @@ class Evaluator:
             self.low, self.high = np.full(spec.d, -5.0), np.full(spec.d, 10.0)
             self.fn: Any = None
             return
-        from botorch.test_functions.synthetic import (
-            KeaneBumpFunction,
-            PressureVessel,
-            SpeedReducer,
-        )
-
-        self.fn = {
-            "keane30": lambda: KeaneBumpFunction(dim=30),
-            "speedreducer": SpeedReducer,
-            "pressurevessel": PressureVessel,
-        }[spec.key]()
+        self.fn = botorch_problem(spec)
         self.low, self.high = (b.numpy() for b in self.fn.bounds)
 
     def __call__(self, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -88,6 +78,23 @@ class Evaluator:
         with torch.no_grad():
             tX = torch.as_tensor(X)
             return self.fn.evaluate_true(tX).numpy(), -self.fn.evaluate_slack_true(tX).numpy()
+
+
+def botorch_problem(spec: Spec) -> Any:
+    """The BoTorch constrained test function of a problem key (``bench/lcbo.py``'s and
+    ``bench/lcbo_gpsampler.py``'s)."""
+    from botorch.test_functions import synthetic
+
+    if spec.key.startswith("keane"):
+        return synthetic.KeaneBumpFunction(dim=spec.d)
+    return {
+        "speedreducer": synthetic.SpeedReducer,
+        "pressurevessel": synthetic.PressureVessel,
+        "gramacy": synthetic.ConstrainedGramacy,
+        "hartmann6": synthetic.ConstrainedHartmann,
+        "tension": synthetic.TensionCompressionString,
+        "weldedbeam": synthetic.WeldedBeamSO,
+    }[spec.key]()
 
 
 def initial_design(spec: Spec, seed: int) -> tuple[np.ndarray, qmc.Sobol]:
