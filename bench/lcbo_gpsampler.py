@@ -1,8 +1,7 @@
 """Issue 22, the ``lcbo`` engine against what a user would pick instead: Optuna 5's
-``GPSampler(constraints_func=...)`` (its Gaussian-process sampler with constraints) and
-``TPESampler(constraints_func=...)``, each at its defaults, on BoTorch's constrained test
-functions (minimize ``f`` subject to ``c_j <= 0``; each problem's box mapped to the unit cube),
-one evaluation at a time, 5 seeds.
+``GPSampler`` (its Gaussian-process sampler) and ``TPESampler``, each with constraints and
+otherwise at its defaults, on BoTorch's constrained test functions (minimize ``f`` subject to
+``c_j <= 0``; each problem's box mapped to the unit cube), one evaluation at a time, 5 seeds.
 
 The problems are split. The tuning half is where ``lcbo``'s defaults were chosen (its own
 bench, ``bench/lcbo.py``): PressureVessel (4-D, 4 constraints), SpeedReducer (7-D, 11),
@@ -14,9 +13,10 @@ above 10 that BoTorch offers).
 
 Every method runs at its defaults, seeded, asked one point at a time (a single worker):
 ``lcbo`` through the engine contract (``n_initial`` = max(10, d) Sobol points first), Optuna's
-samplers through ``study.ask`` / ``study.tell`` with the constraints as the trial's
-``constraints`` user attribute (10 random startup trials). Budgets: 60 evaluations at
-d <= 10, 120 above (GPSampler's asks grow with the history: a full run fits in an hour).
+samplers through ``study.ask`` / ``study.tell``, each constraint set with
+``trial.set_constraint`` (Optuna 5's way; ``constraints_func`` is deprecated) before the tell
+(10 random startup trials). Budgets: 60 evaluations at d <= 10, 120 above (GPSampler's asks
+grow with the history: a full run fits in an hour).
 
 Figures per (problem, method): the median over seeds of the best feasible ``f`` (a seed without
 a feasible point counts as worst) with the seeds' range, beside the problem's best known value
@@ -97,8 +97,9 @@ SPECS = {**TUNING, **HELD_OUT}
 
 
 class OptunaPeer(Method):
-    """An Optuna sampler with ``constraints_func`` (``GPSampler`` or ``TPESampler``), otherwise
-    at its defaults, seeded, asked one trial at a time over ``d`` floats on [0, 1]."""
+    """An Optuna sampler (``GPSampler`` or ``TPESampler``) at its defaults, seeded, asked one
+    trial at a time over ``d`` floats on [0, 1]; each constraint is told with
+    ``trial.set_constraint`` (Optuna 5's way; its samplers read them when a study has any)."""
 
     def __init__(self, kind: str, d: int, seed: int) -> None:
         import optuna
@@ -106,8 +107,7 @@ class OptunaPeer(Method):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         make = optuna.samplers.GPSampler if kind == "gp" else optuna.samplers.TPESampler
-        sampler = make(seed=seed, constraints_func=lambda t: t.user_attrs["constraints"])
-        self.study = optuna.create_study(direction="minimize", sampler=sampler)
+        self.study = optuna.create_study(direction="minimize", sampler=make(seed=seed))
         self.names = [f"x{i}" for i in range(d)]
 
     def propose(self, history: History, count: int) -> np.ndarray:
@@ -116,7 +116,8 @@ class OptunaPeer(Method):
 
     def tell(self, U: np.ndarray, Y: np.ndarray, C: np.ndarray) -> None:
         for trial, value, c in zip(self.trials, Y[:, 0], C, strict=True):
-            trial.set_user_attr("constraints", [float(v) for v in c])
+            for j, v in enumerate(c):
+                trial.set_constraint(f"c{j}", float(v))
             self.study.tell(trial, float(value))
 
 
