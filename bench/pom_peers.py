@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import zlib
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ Q = 4
 #: Methods run through the engine contract (``pom`` as ``--engine``, default pom): ``mwgd`` is
 #: not part of this bench's default run; bench/mwgd.py runs it here with ``--methods``.
 ENGINE_METHODS = ("pom", "mwgd")
+OPTUNA_METHODS = ("nsga2", "tpe", "optuna-gp")
 # BoTorch tutorial settings.
 NUM_RESTARTS = 10
 RAW_SAMPLES = 512
@@ -44,7 +46,10 @@ ACQF_OPTIONS = {"batch_limit": 5, "maxiter": 200}
 
 
 def problem_index(spec: Spec) -> int:
-    return list(SPECS).index(spec.key)
+    """The problem's part of a run's seed: its place in this bench's problems, or, for another
+    bench's problem (``bench/pom_pymoo.py``), a number drawn from its key."""
+    keys = list(SPECS)
+    return keys.index(spec.key) if spec.key in keys else len(keys) + zlib.crc32(spec.key.encode())
 
 
 def quiet_warnings() -> None:
@@ -119,15 +124,25 @@ class SobolPeer(PomMethod):
             return self.sobol.random(Q)
 
 
-class NSGA2Peer(PomMethod):
-    """Optuna's NSGA-II through ask/tell, the initial design as its generation 0."""
+class OptunaPeer(PomMethod):
+    """An Optuna 5 sampler through ask/tell, the initial design enqueued as its first trials:
+    ``nsga2`` (``NSGAIISampler``, the design as its generation 0), ``tpe`` (``TPESampler``) or
+    ``optuna-gp`` (``GPSampler``, qLogEHVI with the running trials pending), each at its
+    defaults otherwise; asked ``Q`` trials at a time."""
 
-    def __init__(self, spec: Spec, seed: int) -> None:
+    def __init__(self, kind: str, spec: Spec, seed: int) -> None:
         super().__init__()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.sampler = optuna.samplers.NSGAIISampler(
-            population_size=2 * (spec.d + 1), seed=seed_int(seed, problem_index(spec))
-        )
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        self.kind = kind
+        seed = seed_int(seed, problem_index(spec))
+        self.sampler = {
+            "nsga2": lambda: optuna.samplers.NSGAIISampler(
+                population_size=2 * (spec.d + 1), seed=seed
+            ),
+            "tpe": lambda: optuna.samplers.TPESampler(seed=seed % 2**31),
+            "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed % 2**31),
+        }[kind]()
         self.study = optuna.create_study(directions=["minimize"] * spec.m, sampler=self.sampler)
         self.names = [f"x{i}" for i in range(spec.d)]
 
@@ -137,15 +152,15 @@ class NSGA2Peer(PomMethod):
         trials = [self.study.ask() for _ in U0]
         for t in trials:
             # Enqueued (fixed) parameters bypass the sampler, which then never assigns the
-            # trial a generation; asking for the relative parameters assigns generation 0
+            # trial an NSGA-II generation; asking for the relative parameters assigns generation 0
             # (no trial is complete yet) and samples nothing (generation 0 has no parents).
             _ = t.relative_params
         for t, u, y in zip(trials, U0, Y0, strict=True):
             got = [t.suggest_float(n, 0.0, 1.0) for n in self.names]
             if not np.allclose(got, u):
-                raise RuntimeError("NSGA-II did not take the enqueued initial design")
+                raise RuntimeError(f"{self.kind} did not take the enqueued initial design")
             self.study.tell(t, [float(v) for v in y])
-        if len(self.sampler.get_population(self.study, 0)) != len(U0):
+        if self.kind == "nsga2" and len(self.sampler.get_population(self.study, 0)) != len(U0):
             raise RuntimeError("NSGA-II generation 0 is not the initial design")
 
     def propose(self, history: History, count: int) -> np.ndarray:
@@ -234,6 +249,6 @@ def make_method(
         return EnginePeer(*engines[method], spec, f, seed)
     if method == "sobol":
         return SobolPeer(spec, seed)
-    if method == "nsga2":
-        return NSGA2Peer(spec, seed)
+    if method in OPTUNA_METHODS:
+        return OptunaPeer(method, spec, seed)
     return BoTorchPeer(method, spec, f, seed)
