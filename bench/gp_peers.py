@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import harness
 from bench.bbob import (
     HELD_OUT,
     TUNING,
@@ -60,7 +61,6 @@ from bench.harness import (
     seed_int,
     unit_problem,
 )
-from engines.base import History
 
 D = 5
 METHODS = ("gp", "optuna-gp", "optuna-tpe")
@@ -79,25 +79,11 @@ class Config:
     evaluations: int
 
 
-class OptunaPeer(Method):
-    """An Optuna sampler at its defaults (``GPSampler`` or ``TPESampler``), seeded, asked one
-    trial at a time over ``D`` floats on [0, 1]."""
+class OptunaPeer(harness.OptunaPeer):
+    """``harness.OptunaPeer`` over ``D`` floats, which can also be told trials it did not ask."""
 
     def __init__(self, kind: str, seed: int) -> None:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        make = optuna.samplers.GPSampler if kind == "gp" else optuna.samplers.TPESampler
-        self.study = optuna.create_study(direction="minimize", sampler=make(seed=seed))
-        self.names = [f"x{i}" for i in range(D)]
-
-    def propose(self, history: History, count: int) -> np.ndarray:
-        self.trials = [self.study.ask() for _ in range(count)]
-        return np.array([[t.suggest_float(n, 0.0, 1.0) for n in self.names] for t in self.trials])
-
-    def tell(self, U: np.ndarray, Y: np.ndarray, C: np.ndarray) -> None:
-        for trial, value in zip(self.trials, Y[:, 0], strict=True):
-            self.study.tell(trial, float(value))
+        super().__init__(kind, D, seed)
 
     def add(self, U: np.ndarray, y: np.ndarray) -> None:
         """Trials told without asking: the ask-time part's history."""

@@ -148,6 +148,34 @@ class EngineMethod(Method):
         return np.asarray(proposal.X, dtype=np.float64)
 
 
+class OptunaPeer(Method):
+    """An Optuna 5 sampler, ``GPSampler`` (``kind`` "gp") or ``TPESampler`` ("tpe"), at its
+    defaults, seeded, minimizing one objective over ``d`` floats on [0, 1], asked ``count``
+    trials at a time. Each constraint of a tell is set with ``trial.set_constraint`` (Optuna 5's
+    way; its samplers read them when the study has any)."""
+
+    def __init__(self, kind: str, d: int, seed: int) -> None:
+        import warnings
+
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        make = optuna.samplers.GPSampler if kind == "gp" else optuna.samplers.TPESampler
+        self.study = optuna.create_study(direction="minimize", sampler=make(seed=seed))
+        self.names = [f"x{i}" for i in range(d)]
+
+    def propose(self, history: History, count: int) -> np.ndarray:
+        self.trials = [self.study.ask() for _ in range(count)]
+        return np.array([[t.suggest_float(n, 0.0, 1.0) for n in self.names] for t in self.trials])
+
+    def tell(self, U: np.ndarray, Y: np.ndarray, C: np.ndarray) -> None:
+        for trial, value, c in zip(self.trials, Y[:, 0], C, strict=True):
+            for j, v in enumerate(c):
+                trial.set_constraint(f"c{j}", float(v))
+            self.study.tell(trial, float(value))
+
+
 # --- the grid of runs -----------------------------------------------------------------------
 
 

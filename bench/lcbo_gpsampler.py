@@ -46,7 +46,6 @@ import argparse
 import math
 import statistics
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -57,6 +56,7 @@ from bench.harness import (
     Grid,
     Job,
     Method,
+    OptunaPeer,
     fmt,
     markdown_table,
     print_target_table,
@@ -99,31 +99,6 @@ HELD_OUT = {
     ]
 }
 SPECS = {**TUNING, **HELD_OUT}
-
-
-class OptunaPeer(Method):
-    """An Optuna sampler (``GPSampler`` or ``TPESampler``) at its defaults, seeded, asked one
-    trial at a time over ``d`` floats on [0, 1]; each constraint is told with
-    ``trial.set_constraint`` (Optuna 5's way; its samplers read them when a study has any)."""
-
-    def __init__(self, kind: str, d: int, seed: int) -> None:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        make = optuna.samplers.GPSampler if kind == "gp" else optuna.samplers.TPESampler
-        self.study = optuna.create_study(direction="minimize", sampler=make(seed=seed))
-        self.names = [f"x{i}" for i in range(d)]
-
-    def propose(self, history: History, count: int) -> np.ndarray:
-        self.trials = [self.study.ask() for _ in range(count)]
-        return np.array([[t.suggest_float(n, 0.0, 1.0) for n in self.names] for t in self.trials])
-
-    def tell(self, U: np.ndarray, Y: np.ndarray, C: np.ndarray) -> None:
-        for trial, value, c in zip(self.trials, Y[:, 0], C, strict=True):
-            for j, v in enumerate(c):
-                trial.set_constraint(f"c{j}", float(v))
-            self.study.tell(trial, float(value))
 
 
 def make_method(method: str, s: Spec, seed: int) -> Method:
