@@ -63,12 +63,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from botorch.acquisition.analytic import (
+    LogConstrainedExpectedImprovement,
+    LogExpectedImprovement,
+)
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.exceptions.errors import BotorchError
-from botorch.models import ModelListGP
+from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
@@ -142,10 +146,11 @@ class GPEngine(ModelBasedEngine):
         X_train, targets = data
         try:
             with bo.seeded(torch_seed, bo.needs_python_random(problem.space)):
-                X_new, scales = self._optimize(problem, X_train, targets, X_pending, count)
+                X_new, scales, acquisition = self._optimize(
+                    problem, X_train, targets, X_pending, count
+                )
         except bo.NUMERICAL_ERRORS as exc:
             return (*bo.unfilled(problem.d, count, bo.failure(exc)), None)
-        acquisition = "qLogNEI" if problem.n_objectives == 1 else "qLogNEHVI"
         detail = {
             "source": "gp",
             "acquisition": acquisition,
@@ -161,9 +166,10 @@ class GPEngine(ModelBasedEngine):
         targets: np.ndarray,
         X_pending: np.ndarray,
         count: int,
-    ) -> tuple[np.ndarray, list[list[float | None]]]:
-        """Fit the GPs and optimize the acquisition; returns ``(count, d)`` in [0, 1] and each
-        GP's lengthscales (``bo.lengthscales``), objectives then constraints.
+    ) -> tuple[np.ndarray, list[list[float | None]], str]:
+        """Fit the GPs and optimize the acquisition; returns ``(count, d)`` in [0, 1], each
+        GP's lengthscales (``bo.lengthscales``), objectives then constraints, and the
+        acquisition's name.
 
         ``X_train: (n, d)`` snapped, ``targets: (n, m + k)``: ``-Y`` then ``C``,
         ``X_pending: (p, d)``.
@@ -184,10 +190,15 @@ class GPEngine(ModelBasedEngine):
             "prune_baseline": True,
         }
         acq: Any
-        if m == 1:
+        if m == 1 and count == 1 and pending is None:
+            acq = _analytic_log_ei(model, models[0], tX, targets, k)
+            acquisition = "LogCEI" if k else "LogEI"
+        elif m == 1:
+            acquisition = "qLogNEI"
             first = GenericMCObjective(_objective0) if k else None
             acq = qLogNoisyExpectedImprovement(model, objective=first, **common)
         else:
+            acquisition = "qLogNEHVI"
             ref_point = bo.reference_point(problem, targets)
             firsts = IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None
             acq = qLogNoisyExpectedHypervolumeImprovement(
@@ -210,7 +221,30 @@ class GPEngine(ModelBasedEngine):
         X_new = candidates.detach().numpy().reshape(count, problem.d)
         if not np.all(np.isfinite(X_new)):
             raise BotorchError("the acquisition optimizer returned non-finite points")
-        return np.clip(X_new, 0.0, 1.0), [bo.lengthscales(gp, problem.d) for gp in models]
+        return (
+            np.clip(X_new, 0.0, 1.0),
+            [bo.lengthscales(gp, problem.d) for gp in models],
+            acquisition,
+        )
+
+
+def _analytic_log_ei(
+    model: Model, objective: SingleTaskGP, tX: torch.Tensor, targets: np.ndarray, k: int
+) -> Any:
+    """Analytic log EI for one point with no pending trial (times the log probability that
+    the ``k`` constraints hold, when there are any): the incumbent is the best posterior mean
+    of the objective at the trials observed feasible; while none is, the worst posterior mean
+    at any trial, so that the probability of feasibility leads the search."""
+    with torch.no_grad():
+        mean = objective.posterior(tX).mean[:, 0]
+    if not k:
+        return LogExpectedImprovement(model, best_f=mean.max())
+    feasible = torch.as_tensor(np.all(targets[:, 1:] <= 0.0, axis=1))
+    best_f = mean[feasible].max() if bool(feasible.any()) else mean.min()
+    bounds: dict[int, tuple[float | None, float | None]] = {1 + i: (None, 0.0) for i in range(k)}
+    return LogConstrainedExpectedImprovement(
+        model, best_f=best_f, objective_index=0, constraints=bounds
+    )
 
 
 def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:

@@ -118,6 +118,7 @@ def test_initial_design_is_sobol_with_2d_plus_1_points_counting_pending() -> Non
     history = history_of(problem, observed, lambda X: (X**2).sum(1, keepdims=True), first.X)
     second = engine.suggest(problem, history, 4, first.state, rng)
     assert [d["source"] for d in second.details] == ["sobol", "sobol", "gp", "gp"]
+    assert [d["acquisition"] for d in second.details[2:]] == ["qLogNEI"] * 2  # pending trials
     np.testing.assert_array_equal(second.X[:2], stream.draw(2))
     assert second.state["index"] == 5
     assert_valid(problem, second.X, 4)
@@ -139,6 +140,8 @@ def test_beats_sobol_on_hartmann3() -> None:
     problem = Problem(floats(3))
     X_gp, details = run_loop(GPEngine(), problem, hartmann3, 25, seed=0)  # 7 Sobol + 18 gp
     assert [d["source"] for d in details] == ["sobol"] * 7 + ["gp"] * 18
+    # One point, nothing pending: the analytic acquisition.
+    assert all(d["acquisition"] == "LogEI" for d in details[7:])
     X_sobol = SobolStream(3, int(np.random.default_rng(0).integers(2**31))).draw(25)
     np.testing.assert_array_equal(X_gp[:7], X_sobol[:7])  # same seed, same initial design
     regret_gp = hartmann3(X_gp).min() - HARTMANN3_MIN
@@ -230,7 +233,7 @@ def test_constraint_steers_points_into_the_feasible_region() -> None:
 
     X, details = run_loop(GPEngine(), problem, f, 17, seed=1)  # 5 Sobol + 12 gp
     assert_valid(problem, X, 17)
-    assert all(d["source"] == "gp" for d in details[5:])
+    assert all(d["source"] == "gp" and d["acquisition"] == "LogCEI" for d in details[5:])
     values = f(X)
     feasible = values[:, 1] <= 0
     assert feasible[5:].mean() >= 0.6, X[5:]
