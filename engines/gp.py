@@ -17,11 +17,15 @@ log-normal prior [Hvarfner2024vanilla], inferred noise, standardized outcomes). 
   ``EI(x) = E[max(f(x) - f*, 0)]`` becomes ``log E[softplus_tau(f(x) - max_j f(x_j))]``, estimated
   with quasi-Monte-Carlo joint samples of ``f`` at ``x`` and at the observed ``x_j`` (a noisy
   incumbent [Letham2019noisyei]); unlike EI it stays informative where EI underflows to zero.
+  For one point with nothing pending, analytic log EI, ``log EI(x)`` with ``EI = sigma (z Phi(z)
+  + phi(z))``, ``z = (mu(x) - f*) / sigma(x)``, computed stably in log space, where ``f*`` is the
+  best posterior mean at the observed (feasible) trials: our choice, for the cost of an ask.
 - Several objectives: q-log noisy expected hypervolume improvement, qLogNEHVI
   [Daulton2021nehvi]: the expected gain in hypervolume, above a reference point ``r``, over the
   sampled Pareto front of the observed points, computed in log space.
 - Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by the smoothed
-  feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
+  feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo];
+  analytically, ``log EI(x) + sum_i log P(c_i(x) <= 0)`` under each constraint's GP.
 
 Our design (reasons in docs/engines/gp.md):
 
