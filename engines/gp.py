@@ -17,15 +17,15 @@ log-normal prior [Hvarfner2024vanilla], inferred noise, standardized outcomes). 
   ``EI(x) = E[max(f(x) - f*, 0)]`` becomes ``log E[softplus_tau(f(x) - max_j f(x_j))]``, estimated
   with quasi-Monte-Carlo joint samples of ``f`` at ``x`` and at the observed ``x_j`` (a noisy
   incumbent [Letham2019noisyei]); unlike EI it stays informative where EI underflows to zero.
-  For one point with nothing pending, analytic log EI, ``log EI(x)`` with ``EI = sigma (z Phi(z)
-  + phi(z))``, ``z = (mu(x) - f*) / sigma(x)``, computed stably in log space, where ``f*`` is the
-  best posterior mean at the observed (feasible) trials: our choice, for the cost of an ask.
+  For one point with nothing pending and no outcome constraint, analytic log EI, ``log EI(x)``
+  with ``EI = sigma (z Phi(z) + phi(z))``, ``z = (mu(x) - f*) / sigma(x)``, computed stably in
+  log space, where ``f*`` is the best posterior mean at the observed trials: our choice, for the
+  cost of an ask.
 - Several objectives: q-log noisy expected hypervolume improvement, qLogNEHVI
   [Daulton2021nehvi]: the expected gain in hypervolume, above a reference point ``r``, over the
   sampled Pareto front of the observed points, computed in log space.
 - Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by the smoothed
-  feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo];
-  analytically, ``log EI(x) + sum_i log P(c_i(x) <= 0)`` under each constraint's GP.
+  feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
 
 Our design (reasons in docs/engines/gp.md):
 
@@ -67,16 +67,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from botorch.acquisition.analytic import (
-    LogConstrainedExpectedImprovement,
-    LogExpectedImprovement,
-)
+from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.exceptions.errors import BotorchError
-from botorch.models import ModelListGP, SingleTaskGP
+from botorch.models import ModelListGP
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
@@ -194,9 +191,10 @@ class GPEngine(ModelBasedEngine):
             "prune_baseline": True,
         }
         acq: Any
-        if m == 1 and count == 1 and pending is None:
-            acq = _analytic_log_ei(model, models[0], tX, targets, k)
-            acquisition = "LogCEI" if k else "LogEI"
+        if m == 1 and k == 0 and count == 1 and pending is None:
+            with torch.no_grad():
+                best_f = models[0].posterior(tX).mean.max()
+            acq, acquisition = LogExpectedImprovement(model, best_f=best_f), "LogEI"
         elif m == 1:
             acquisition = "qLogNEI"
             first = GenericMCObjective(_objective0) if k else None
@@ -230,25 +228,6 @@ class GPEngine(ModelBasedEngine):
             [bo.lengthscales(gp, problem.d) for gp in models],
             acquisition,
         )
-
-
-def _analytic_log_ei(
-    model: Model, objective: SingleTaskGP, tX: torch.Tensor, targets: np.ndarray, k: int
-) -> Any:
-    """Analytic log EI for one point with no pending trial (times the log probability that
-    the ``k`` constraints hold, when there are any): the incumbent is the best posterior mean
-    of the objective at the trials observed feasible; while none is, the worst posterior mean
-    at any trial, so that the probability of feasibility leads the search."""
-    with torch.no_grad():
-        mean = objective.posterior(tX).mean[:, 0]
-    if not k:
-        return LogExpectedImprovement(model, best_f=mean.max())
-    feasible = torch.as_tensor(np.all(targets[:, 1:] <= 0.0, axis=1))
-    best_f = mean[feasible].max() if bool(feasible.any()) else mean.min()
-    bounds: dict[int, tuple[float | None, float | None]] = {1 + i: (None, 0.0) for i in range(k)}
-    return LogConstrainedExpectedImprovement(
-        model, best_f=best_f, objective_index=0, constraints=bounds
-    )
 
 
 def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
