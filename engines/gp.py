@@ -73,7 +73,7 @@ from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolu
 from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.exceptions.errors import BotorchError
-from botorch.models import ModelListGP
+from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
@@ -182,30 +182,8 @@ class GPEngine(ModelBasedEngine):
         ]
         tX = torch.as_tensor(X_train, dtype=torch.float64)
         models = [bo.fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
-        model: Model = models[0] if len(models) == 1 else ModelListGP(*models)
         pending = torch.as_tensor(X_pending, dtype=torch.float64) if len(X_pending) else None
-        common: dict[str, Any] = {
-            "X_baseline": tX,
-            "constraints": [_column(m + i) for i in range(k)] or None,
-            "X_pending": pending,
-            "prune_baseline": True,
-        }
-        acq: Any
-        if m == 1 and k == 0 and count == 1 and pending is None:
-            with torch.no_grad():
-                best_f = models[0].posterior(tX).mean.max()
-            acq, acquisition = LogExpectedImprovement(model, best_f=best_f), "LogEI"
-        elif m == 1:
-            acquisition = "qLogNEI"
-            first = GenericMCObjective(_objective0) if k else None
-            acq = qLogNoisyExpectedImprovement(model, objective=first, **common)
-        else:
-            acquisition = "qLogNEHVI"
-            ref_point = bo.reference_point(problem, targets)
-            firsts = IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None
-            acq = qLogNoisyExpectedHypervolumeImprovement(
-                model, ref_point=ref_point, objective=firsts, **common
-            )
+        acq, acquisition = _acquisition(problem, models, tX, targets, pending, count)
         tbounds = torch.as_tensor(bounds, dtype=torch.float64)
         opt: dict[str, Any] = {
             "q": count,
@@ -228,6 +206,40 @@ class GPEngine(ModelBasedEngine):
             [bo.lengthscales(gp, problem.d) for gp in models],
             acquisition,
         )
+
+
+def _acquisition(
+    problem: Problem,
+    models: list[SingleTaskGP],
+    tX: torch.Tensor,
+    targets: np.ndarray,
+    pending: torch.Tensor | None,
+    count: int,
+) -> tuple[Any, str]:
+    """The acquisition function on the fitted ``models`` (objectives, then constraints) and its
+    name: analytic LogEI for one unconstrained point with nothing pending, else qLogNEI (one
+    objective) or qLogNEHVI."""
+    m, k = problem.n_objectives, problem.n_constraints
+    model: Model = models[0] if len(models) == 1 else ModelListGP(*models)
+    if m == 1 and k == 0 and count == 1 and pending is None:
+        with torch.no_grad():
+            best_f = models[0].posterior(tX).mean.max()
+        return LogExpectedImprovement(model, best_f=best_f), "LogEI"
+    common: dict[str, Any] = {
+        "X_baseline": tX,
+        "constraints": [_column(m + i) for i in range(k)] or None,
+        "X_pending": pending,
+        "prune_baseline": True,
+    }
+    if m == 1:
+        first = GenericMCObjective(_objective0) if k else None
+        return qLogNoisyExpectedImprovement(model, objective=first, **common), "qLogNEI"
+    ref_point = bo.reference_point(problem, targets)
+    firsts = IdentityMCMultiOutputObjective(outcomes=list(range(m))) if k else None
+    acq = qLogNoisyExpectedHypervolumeImprovement(
+        model, ref_point=ref_point, objective=firsts, **common
+    )
+    return acq, "qLogNEHVI"
 
 
 def _objective0(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
