@@ -66,11 +66,16 @@ def start_ray_server(start_server, tmp_path: Path):
 def test_a_job_on_ray_matches_the_same_job_on_the_local_executor(start_server, tmp_path):
     server = start_ray_server(start_server, tmp_path)
     with Client(server.url) as client:
-        on_ray = client.submit_job(**job_fields("on-ray"))  # the server's default executor
+        # Both Ray workers must train units (CI once saw one do them all): each asks half a CPU,
+        # so that both run even on a cluster that counts one CPU, and the units are long enough
+        # (600 steps, about 0.4 s here) to outlast one worker starting a second after the other.
+        on_ray = client.submit_job(  # the server's default executor
+            **job_fields("on-ray", steps=2400, resources={"num_cpus": 0.5})
+        )
         assert on_ray.info.config.executor == "ray"
         ray_info = on_ray.wait(progress=False, timeout=300)
         assert ray_info.state == "succeeded", (ray_info.error, server.log_tail())
-        local = client.submit_job(**job_fields("on-local", executor="local"))
+        local = client.submit_job(**job_fields("on-local", steps=2400, executor="local"))
         local_info = local.wait(progress=False, timeout=300)
         assert local_info.state == "succeeded", (local_info.error, server.log_tail())
         assert_exact_lineage(client, ray_info)
