@@ -44,12 +44,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Two test processes (most integration tests wait on servers and browsers), then, serially, the
-# tests that start job workers or Ray tasks or look for them in /proc, and the freeze test, which
-# times the server (marker serial).
+# Two test processes (most integration tests wait on servers and browsers); the tests that start
+# job workers or Ray tasks or look for them in /proc run one after another in one of them (one
+# xdist group: tests/conftest.py). Then, alone, the freeze test, which times the server (marker
+# serial).
 test: lint $(CODEGEN_STAMP) $(CHROMIUM)
-	$(PY) -m pytest -n 2 -m "not job_processes and not serial"
-	$(PY) -m pytest -m "job_processes or serial"
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not serial"
+	$(PY) -m pytest -m serial
 
 bench: $(STAMP)
 	$(PY) -m bench.service_throughput

@@ -119,3 +119,13 @@ def study_body(name: str = "demo", **fields: object) -> dict[str, object]:
     body: dict[str, object] = {"name": name, "parameters": [FLOAT_X, FLOAT_Y]}
     body.update(fields)
     return body
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start job workers or Ray tasks, or find them in /proc (marker
+    ``job_processes``), share one xdist group: under ``--dist loadgroup`` they run one after
+    another in one test process while the other process runs the rest, so that no test counts
+    or kills another test's workers."""
+    for item in items:
+        if item.get_closest_marker("job_processes") is not None:
+            item.add_marker(pytest.mark.xdist_group("job_processes"))

@@ -18,9 +18,7 @@ from tests.conftest import study_body
 from tests.integration.browser import WatchedPage
 from tests.integration.conftest import Server, run_cli
 
-# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them after
-# the others, serially, so that no test counts or kills another test's workers.
-pytestmark = [pytest.mark.integration, pytest.mark.job_processes]
+pytestmark = pytest.mark.integration
 
 
 def make_key(database_url: str, tenant: str, scope: str) -> str:
@@ -38,6 +36,9 @@ def test_serve_on_loopback_needs_no_key_and_says_so(
     assert httpx.get(f"{server.url}/v1/studies").status_code == 200
 
 
+# It starts job workers: `make test` runs it with the other tests that do, one after another
+# (one xdist group), so that no test counts or kills another test's workers.
+@pytest.mark.job_processes
 def test_a_server_that_needs_keys(start_server: Callable[..., Server], tmp_path: Path) -> None:
     database_url = f"sqlite:///{tmp_path / 'auth.db'}"
     key_a, key_b = make_key(database_url, "a", "write"), make_key(database_url, "b", "admin")

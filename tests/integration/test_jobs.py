@@ -22,8 +22,8 @@ from service.jobs import keys, spec
 from service.jobs.runner import LOG_FOLDER
 from tests.integration.conftest import Server
 
-# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them after
-# the others, serially, so that no test counts or kills another test's workers.
+# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them one
+# after another (one xdist group), so that no test counts or kills another test's workers.
 pytestmark = [pytest.mark.integration, pytest.mark.job_processes]
 
 #: A job's lease in these tests: a dead runner's job is taken over within about this.

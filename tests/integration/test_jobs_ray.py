@@ -22,8 +22,8 @@ from tests.integration.test_jobs import (
     wait_until,
 )
 
-# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them after
-# the others, serially, so that no test counts or kills another test's workers.
+# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them one
+# after another (one xdist group), so that no test counts or kills another test's workers.
 pytestmark = [pytest.mark.integration, pytest.mark.job_processes]
 
 

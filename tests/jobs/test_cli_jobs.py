@@ -10,8 +10,8 @@ import pytest
 from service import cli
 from tests.jobs.conftest import job_body
 
-# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them after
-# the others, serially, so that no test counts or kills another test's workers.
+# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them one
+# after another (one xdist group), so that no test counts or kills another test's workers.
 pytestmark = pytest.mark.job_processes
 
 

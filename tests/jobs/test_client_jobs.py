@@ -14,8 +14,8 @@ from client.errors import Conflict, InvalidPredictRows, JobNotSucceeded, Unknown
 from service.jobs.runner import LOG_FOLDER
 from tests.jobs.conftest import job_body, serve
 
-# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them after
-# the others, serially, so that no test counts or kills another test's workers.
+# Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them one
+# after another (one xdist group), so that no test counts or kills another test's workers.
 pytestmark = pytest.mark.job_processes
 
 
