@@ -242,7 +242,7 @@ def run_plan(plan: list[Config], seeds: list[int], steps: int, wall_start: float
                     seed,
                     steps,
                     splits[seed],
-                    noisy=config.experiment == "noise",
+                    noise_scale=NOISE_SCALE if config.experiment == "noise" else 0.0,
                 )
             )
         log(

@@ -223,13 +223,13 @@ def student_t(shape: torch.Size, nu: float, gen: torch.Generator) -> Tensor:
     return torch.cat(parts)[:n].reshape(shape)
 
 
-def add_student_t_noise(params: list[Tensor], gen: torch.Generator) -> None:
-    """g <- g + NOISE_SCALE * RMS(g) * xi, xi ~ t(NU) elementwise, RMS per tensor."""
+def add_student_t_noise(params: list[Tensor], gen: torch.Generator, scale: float) -> None:
+    """g <- g + scale * RMS(g) * xi, xi ~ t(NU) elementwise, RMS per tensor."""
     for p in params:
         if p.grad is None:
             continue
         rms = p.grad.pow(2).mean().sqrt()
-        p.grad.add_(student_t(p.grad.shape, NU, gen) * (NOISE_SCALE * rms))
+        p.grad.add_(student_t(p.grad.shape, NU, gen) * (scale * rms))
 
 
 @dataclass
@@ -243,8 +243,16 @@ class RunResult:
 
 
 def train_one(
-    name: str, knob: str, value: float | None, seed: int, steps: int, split: Split, noisy: bool
+    name: str,
+    knob: str,
+    value: float | None,
+    seed: int,
+    steps: int,
+    split: Split,
+    noise_scale: float = 0.0,
 ) -> RunResult:
+    """One training run; ``noise_scale > 0`` adds Student-t noise of that scale (x RMS(g)) to
+    every gradient."""
     torch.manual_seed(seed)
     model = make_mlp()
     params = list(model.parameters())
@@ -252,7 +260,7 @@ def train_one(
     batches = batch_indices(len(split.y_train), steps, seed)
     # Own generator per seed: the same noise draws for every optimizer with one backward pass
     # per step (the noise experiment has no two-pass optimizer).
-    noise = torch.Generator().manual_seed(1_000_003 + seed) if noisy else None
+    noise = torch.Generator().manual_seed(1_000_003 + seed) if noise_scale > 0 else None
     two_pass = needs_closure(name)
     losses: list[float] = []
     gammas: list[float] = []
@@ -262,7 +270,7 @@ def train_one(
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         if noise is not None:
-            add_student_t_noise(params, noise)
+            add_student_t_noise(params, noise, noise_scale)
         return loss
 
     diverged = False
