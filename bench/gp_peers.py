@@ -22,7 +22,7 @@ most problems; its ask no slower than ``GPSampler``'s at 50 and 200 trials.
     .venv/bin/pip install coco-experiment==2.8.2   # the bbob functions (in the bench extra)
     .venv/bin/python -m bench.gp_peers           # full: 10 functions x 3 methods x 5 seeds
     .venv/bin/python -m bench.gp_peers --quick   # 2 functions, 2 seeds, 20 evaluations
-    .venv/bin/python -m bench.gp_peers --functions 1,6,10,15,20 --methods gp \
+    .venv/bin/python -m bench.gp_peers --functions 1,6,10,15,20 \
         --gp-options '{"num_restarts": 4}'       # a gp setting on the tuning half only
 
 Each run is one process of a 2-worker grid, one torch thread each. Progress goes to stderr; the
