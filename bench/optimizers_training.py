@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
+from sklearn.datasets import load_digits, make_classification
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from torch import Tensor, nn
@@ -106,9 +106,16 @@ class FixedLrSAM(torch.optim.Optimizer):
         return loss
 
 
-def make_optimizer(name: str, model: nn.Module, knob: str, value: float | None) -> Any:
-    """Registry optimizers via ``build`` (defaults, knob overridden); bench baselines here."""
-    hp = {} if value is None else {knob: value}
+def make_optimizer(
+    name: str,
+    model: nn.Module,
+    knob: str,
+    value: float | None,
+    options: dict[str, Any] | None = None,
+) -> Any:
+    """Registry optimizers via ``build`` (defaults, then ``options``, knob overridden); bench
+    baselines here."""
+    hp = {**(options or {}), **({} if value is None else {knob: value})}
     if name == SAM:
         return FixedLrSAM(model.parameters(), **hp)
     if name == SAM_MOMENTUM:
@@ -167,13 +174,32 @@ class Split:
     y_val: Tensor
 
 
-def load_split(seed: int) -> Split:
-    digits = load_digits()
+#: The synthetic task's data seed: one fixed dataset, split by the run's seed like digits.
+SYNTHETIC_DATA_SEED = 20261206
+
+
+def load_split(seed: int, task: str = "digits") -> Split:
+    """The task's train/validation split for ``seed``: "digits", or "synthetic" (a tuning task
+    of digits' shape: 1,797 rows, 64 features, 10 classes, from ``make_classification``)."""
+    if task == "digits":
+        x, y = load_digits(return_X_y=True)
+    elif task == "synthetic":
+        x, y = make_classification(
+            n_samples=1797,
+            n_features=64,
+            n_informative=24,
+            n_redundant=8,
+            n_classes=10,
+            n_clusters_per_class=2,
+            random_state=SYNTHETIC_DATA_SEED,
+        )
+    else:
+        raise ValueError(f"unknown task {task!r}")
     x_tr, x_va, y_tr, y_va = train_test_split(
-        digits.data,
-        digits.target,
+        x,
+        y,
         test_size=VAL_FRACTION,
-        stratify=digits.target,
+        stratify=y,
         random_state=seed,
     )
     scaler = StandardScaler().fit(x_tr)
@@ -250,13 +276,14 @@ def train_one(
     steps: int,
     split: Split,
     noise_scale: float = 0.0,
+    options: dict[str, Any] | None = None,
 ) -> RunResult:
     """One training run; ``noise_scale > 0`` adds Student-t noise of that scale (x RMS(g)) to
-    every gradient."""
+    every gradient; ``options`` override the optimizer's defaults."""
     torch.manual_seed(seed)
     model = make_mlp()
     params = list(model.parameters())
-    opt = make_optimizer(name, model, knob, value)
+    opt = make_optimizer(name, model, knob, value, options)
     batches = batch_indices(len(split.y_train), steps, seed)
     # Own generator per seed: the same noise draws for every optimizer with one backward pass
     # per step (the noise experiment has no two-pass optimizer).

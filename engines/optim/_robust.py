@@ -7,12 +7,17 @@ For one param group at step t, with g_t the stochastic gradient at x_t:
     the optimizer then uses d_t (vr) or g~_t (no vr) wherever Lion/Muon use the gradient.
 
 Group keys: ``tau`` (None: adaptive), ``tau_exponent``, ``tau_quantile``, ``tau_window``,
-``norm_scope`` ("global", "group" or "tensor"), ``vr``, ``vr_a``. Our choices where the
+``norm_scope`` ("global", "group", "tensor" or "element"), ``vr``, ``vr_a``. Our choices where the
 paper's exact pseudo-code was not available [Sfyraki2025lions]:
 
 - ``norm_scope`` (as in ``engines.optim.clipped``): "global" takes one norm over all parameters
   of all groups whose scope is "global" (the default: the whole model), "group" over the
   group's parameters, "tensor" over each parameter alone. Each group keeps its own threshold.
+- "element" clips each coordinate alone: g~_i = clamp(g_i, -tau_t, tau_t), with tau_t per tensor.
+  A norm clip scales a whole vector, so under elementwise heavy-tailed noise the coordinate hit
+  by an outlier still dominates its momentum; clamping bounds each coordinate's share. Adaptive
+  (tau=None): tau_t = the tau_quantile quantile of the tensor's nonzero |g_i| at this step (no
+  history, no tau_window; a tensor with no nonzero entry is left as it is).
 - Fixed threshold: tau_t = tau * t^tau_exponent (tau_exponent = 1/(3p-2) is the theory's shape
   for a p-th moment; 0 keeps tau constant). Adaptive (tau=None): tau_t = the tau_quantile
   quantile of the previous tau_window raw norms, no clipping until 10 norms are recorded.
@@ -39,7 +44,7 @@ from torch.optim import Optimizer
 
 from engines.optim._common import dense_grad, evaluate
 
-SCOPES = ("global", "group", "tensor")
+SCOPES = ("global", "group", "tensor", "element")
 #: Norms recorded before the adaptive threshold starts clipping.
 MIN_HISTORY = 10
 
@@ -212,6 +217,8 @@ def robust_grads(
         t = head["group_step"]
         if group["norm_scope"] == "tensor":
             clipped, prev_clipped = _clip_each_tensor(state, group, ps, previous, t)
+        elif group["norm_scope"] == "element":
+            clipped, prev_clipped = _clip_each_element(group, ps, previous, t)
         else:
             clipped, prev_clipped = _clip_jointly(head, group, ps, previous, t, global_norms)
         if group["vr"]:
@@ -258,6 +265,36 @@ def _clip_each_tensor(
         if p in previous:
             prev_clipped[p] = previous[p] * _factor(tau, _norm([previous[p]], p))
     return clipped, prev_clipped
+
+
+def _clip_each_element(
+    group: Mapping[str, Any], ps: list[Tensor], previous: Mapping[Tensor, Tensor], t: int
+) -> tuple[list[Tensor], dict[Tensor, Tensor]]:
+    """Scope "element": each coordinate of each gradient (and previous-point gradient) clamped
+    to [-tau_t, tau_t], tau_t from the tensor's current gradient when adaptive; returns the
+    clipped gradients and previous-point gradients."""
+    clipped: list[Tensor] = []
+    prev_clipped: dict[Tensor, Tensor] = {}
+    for p in ps:
+        g = _grad(p)
+        tau = _element_threshold(group, g, t)
+        clipped.append(g.clamp(-tau, tau))
+        if p in previous:
+            prev_clipped[p] = previous[p].clamp(-tau, tau)
+    return clipped, prev_clipped
+
+
+def _element_threshold(group: Mapping[str, Any], g: Tensor, t: int) -> float:
+    """tau_t of scope "element": fixed (tau t^tau_exponent), or the tau_quantile quantile of the
+    nonzero |g_i| (inf when there is none, so the tensor is not clipped)."""
+    if group["tau"] is not None:
+        return float(group["tau"] * float(t) ** group["tau_exponent"])
+    magnitudes = g.abs().flatten()
+    magnitudes = magnitudes[magnitudes > 0]
+    if magnitudes.numel() == 0:
+        return math.inf
+    rank = max(1, math.ceil(group["tau_quantile"] * magnitudes.numel()))
+    return float(magnitudes.kthvalue(rank).values)
 
 
 def _clip_jointly(

@@ -173,6 +173,39 @@ def test_lion_plus_norm_scopes(scope: str) -> None:
     torch.testing.assert_close(opt.state[q]["exp_avg"], h1 * min(1.0, 0.7 / norm_q))
 
 
+def test_lion_plus_element_scope_clamps_each_coordinate() -> None:
+    """Scope "element": a fixed tau clamps every coordinate; the adaptive tau is the quantile of
+    the tensor's nonzero |g_i| at this step, and a zero gradient passes unclipped."""
+    g = torch.tensor([[0.1, -0.2, 0.3], [-4.0, 0.0, 50.0]])
+    p, q, z = torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(4)
+    fixed = LionPlus([p], lr=0.0, betas=(0.0, 0.0), tau=0.25, norm_scope="element")
+    run_grads(fixed, p, [g])
+    torch.testing.assert_close(fixed.state[p]["exp_avg"], g.clamp(-0.25, 0.25))
+    # nonzero magnitudes 0.1 0.2 0.3 4 50: the 0.6 quantile is the 3rd, 0.3
+    adaptive = LionPlus([q, z], lr=0.0, betas=(0.0, 0.0), tau_quantile=0.6, norm_scope="element")
+    q.grad, z.grad = g.clone(), torch.zeros(4)
+    adaptive.step()
+    torch.testing.assert_close(adaptive.state[q]["exp_avg"], g.clamp(-0.3, 0.3))
+    assert torch.equal(adaptive.state[z]["exp_avg"], torch.zeros(4))
+
+
+def test_lion_plus_element_scope_bounds_an_outlier_in_the_momentum() -> None:
+    """One huge coordinate: a norm clip scales the whole gradient, so the hit coordinate still
+    pushes its momentum past every clean value; the element clip bounds it."""
+    signal = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    grads = [signal.clone() for _ in range(10)]
+    grads.append(signal + torch.tensor([0.0] * 9 + [1e4]))
+    moms = {}
+    for scope in ("global", "element"):
+        p = torch.zeros(10)
+        opt = LionPlus([p], lr=0.0, betas=(0.0, 0.5), norm_scope=scope)
+        run_grads(opt, p, grads)
+        moms[scope] = opt.state[p]["exp_avg"]
+    # element: the last coordinate is clamped to the 0.9 quantile of |g| (1), so it stays +-1
+    assert abs(float(moms["element"][-1])) <= 1.0
+    assert float(moms["global"][-1]) > 1.0
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(2, 3), (3, 2)])
 @pytest.mark.parametrize("nesterov", [True, False])
