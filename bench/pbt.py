@@ -29,10 +29,23 @@ the medians of validation accuracy: ``claim_held`` is true when IPBT's median is
 best PBT interval's median minus 0.5 points (one digit image of the 360 validation images is
 0.28 points).
 
+``--task noisy10`` (issue 22: a task that separates the methods, as digits does not): the same
+MLP, search space and budget shape on a harder, schedule-sensitive problem with more validation
+data: ``make_classification`` (20,000 rows, 64 features of which 20 informative and 10
+redundant, 10 classes of 2 clusters each, class separation 1.0, 10 % of labels flipped; one
+fixed dataset) split 60 / 20 / 20 (4,000 validation rows: one row is 0.025 points), and
+``t_max = 4,000`` steps. With flipped labels and small batches, SGD at a constant learning
+rate ends noisy, so a schedule that lowers it late should pay. The task was fixed before any
+run on it, and so was the rule: it "separates" the methods when the best and worst median
+validation accuracies among PBT's three intervals and random search differ by at least 1 point;
+IPBT then must be within 0.5 points of PBT at its best interval and at least 1 point above
+random search and above PBT at its worst interval (``separating_claim``).
+
 Time: the 15 runs go to 2 worker processes (the machine has 2 cores), 1 torch thread each.
 
     .venv/bin/python -m bench.pbt            # full: 3 seeds x 5 methods, P = 8, t_max = 2000
     .venv/bin/python -m bench.pbt --quick    # 1 seed, P = 4, t_max = 400: < 5 min
+    .venv/bin/python -m bench.pbt --task noisy10   # the separating task, t_max = 4,000
 
 Progress goes to stderr; the tables and the final JSON line to stdout.
 """
@@ -49,6 +62,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import TypeAdapter
+from sklearn.datasets import make_classification
 
 from bench.harness import Bench, EngineMethod, Grid, Job, markdown_table
 from client.models import Parameter
@@ -68,6 +82,28 @@ INTERVALS = {"pbt-1%": 0.01, "pbt-3%": 0.03, "pbt-10%": 0.10}
 METHODS = ["ipbt", *INTERVALS, "random"]
 #: Claim tolerance: IPBT's median validation accuracy at least the best PBT's minus this.
 TOLERANCE = 0.005
+#: ``--task noisy10``: its fixed dataset's seed, t_max, and the "clear margin" of its claim.
+NOISY10_DATA_SEED = 20261206
+NOISY10_T_MAX = 4000
+MARGIN = 0.01
+
+
+def load_task(task: str) -> Digits:
+    """The task's fixed split, in the worker example's split type (64 features, 10 classes)."""
+    if task == "digits":
+        return Digits.load()
+    X, y = make_classification(
+        n_samples=20_000,
+        n_features=64,
+        n_informative=20,
+        n_redundant=10,
+        n_classes=10,
+        n_clusters_per_class=2,
+        class_sep=1.0,
+        flip_y=0.1,
+        random_state=NOISY10_DATA_SEED,
+    )
+    return Digits.from_arrays(X, y)
 
 
 def problem() -> Problem:
@@ -125,12 +161,12 @@ def train_units(
     return units, engine_s
 
 
-def run_scheduler(method: str, seed: int, population: int, t_max: int) -> dict[str, Any]:
+def run_scheduler(method: str, seed: int, population: int, t_max: int, task: str) -> dict[str, Any]:
     """One ``ipbt`` or ``pbt`` run; the run's figures."""
     prob = problem()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-pbt-") as folder:
-        trainer = DigitsTrainer(Path(folder), Digits.load())
+        trainer = DigitsTrainer(Path(folder), load_task(task))
         units, engine_s = train_units(method, seed, population, t_max, trainer, prob)
         best = min(units, key=lambda u: (u.y, u.number))
         assert best.y is not None and best.checkpoint is not None
@@ -150,13 +186,13 @@ def run_scheduler(method: str, seed: int, population: int, t_max: int) -> dict[s
     }
 
 
-def run_random(seed: int, population: int, t_max: int) -> dict[str, Any]:
+def run_random(seed: int, population: int, t_max: int, task: str) -> dict[str, Any]:
     """``population`` uniform configurations, each trained ``t_max`` steps."""
     prob = problem()
     rng = np.random.default_rng([seed, 99])
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-rs-") as folder:
-        trainer = DigitsTrainer(Path(folder), Digits.load())
+        trainer = DigitsTrainer(Path(folder), load_task(task))
         results = []
         for i in range(population):
             x = rng.random(prob.d)
@@ -190,8 +226,8 @@ def run_random(seed: int, population: int, t_max: int) -> dict[str, Any]:
 
 def run_one(job: Job, population: int, t_max: int) -> dict[str, Any]:
     if job.method == "random":
-        return run_random(job.seed, population, t_max)
-    return run_scheduler(job.method, job.seed, population, t_max)
+        return run_random(job.seed, population, t_max, job.problem)
+    return run_scheduler(job.method, job.seed, population, t_max, job.problem)
 
 
 def summary(values: list[float]) -> str:
@@ -262,12 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     # "%" doubled: argparse formats help strings with %.
     methods_help = f"comma-separated subset of {METHODS}".replace("%", "%%")
     parser.add_argument("--methods", help=methods_help)
+    parser.add_argument("--task", choices=("digits", "noisy10"), default="digits")
     args = parser.parse_args(argv)
     population, t_max = (4, 400) if args.quick else (POPULATION, T_MAX)
+    if args.task == "noisy10" and not args.quick:
+        t_max = NOISY10_T_MAX
     seeds = args.seeds or (1 if args.quick else SEEDS)
     methods = [m for m in METHODS if m in (args.methods.split(",") if args.methods else METHODS)]
     bench = Bench("pbt", bool(args.quick), CODE_PATHS)
-    bench.header(f"2 workers x 1 torch thread; P = {population}, t_max = {t_max}, seeds {seeds}")
+    bench.header(
+        f"task {args.task}; 2 workers x 1 torch thread; P = {population}, t_max = {t_max}, "
+        f"seeds {seeds}"
+    )
     results: list[dict[str, Any]] = []
 
     def record(job: Job, r: dict[str, Any]) -> None:
@@ -278,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     with Grid(bench) as grid:
-        jobs = [Job("digits", m, s) for s in range(seeds) for m in methods]
+        jobs = [Job(args.task, m, s) for s in range(seeds) for m in methods]
         grid.run(run_one, jobs, record, population, t_max)
     by_method = {
         m: sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
@@ -289,11 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "pbt",
         "version": bench.version,
         "quick": bool(args.quick),
+        "task": args.task,
         "population": population,
         "t_max": t_max,
         "seeds": seeds,
     }
-    bench.report(out | claim(medians))
+    bench.report(out | claim(medians) | separating_claim(medians))
     return 130 if grid.interrupted else 0
 
 
@@ -327,6 +370,28 @@ def claim(medians: dict[str, dict[str, float]]) -> dict[str, Any]:
         "claim_held": held,
         "s_per_run": {m: v["run_s"] for m, v in medians.items()},
     }
+
+
+def separating_claim(medians: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The noisy10 rule of the module doc: does the task separate the baselines, and does IPBT
+    match the best PBT interval and clear random search and the worst interval by MARGIN?"""
+    baselines = {m: medians[m]["val_acc"] for m in [*INTERVALS, "random"] if m in medians}
+    if "ipbt" not in medians or len(baselines) < len(INTERVALS) + 1:
+        return {"separates": None, "separating_claim": None}
+    separates = max(baselines.values()) - min(baselines.values()) >= MARGIN
+    ipbt = medians["ipbt"]["val_acc"]
+    pbt = {m: baselines[m] for m in INTERVALS}
+    held = (
+        ipbt >= max(pbt.values()) - TOLERANCE
+        and ipbt >= baselines["random"] + MARGIN
+        and ipbt >= min(pbt.values()) + MARGIN
+    )
+    print(
+        f"Baselines spread {100 * (max(baselines.values()) - min(baselines.values())):.2f} "
+        f"points: {'separates' if separates else 'does not separate'} (rule: >= 1 point); "
+        f"IPBT matches the best interval and clears random and the worst by 1 point: {held}"
+    )
+    return {"separates": separates, "separating_claim": held if separates else None}
 
 
 if __name__ == "__main__":

@@ -68,6 +68,11 @@ class Digits:
     @classmethod
     def load(cls, seed: int = 0) -> Digits:
         X, y = load_digits(return_X_y=True)
+        return cls.from_arrays(X, y, seed)
+
+    @classmethod
+    def from_arrays(cls, X: np.ndarray, y: np.ndarray, seed: int = 0) -> Digits:
+        """Any 64-feature, 10-class data split the same way (``bench/pbt.py``'s other task)."""
         X_train, X_rest, y_train, y_rest = train_test_split(
             X, y, test_size=0.4, stratify=y, random_state=seed
         )
