@@ -59,7 +59,9 @@ def registry_name(optimizer: str) -> tuple[str, dict[str, Any]]:
     name -> (name, {})."""
     name, *rest = optimizer.split(":")
     keys = ("norm_scope", "tau_quantile")
-    return name, {k: (float(v) if k == "tau_quantile" else v) for k, v in zip(keys, rest)}
+    return name, {
+        k: (float(v) if k == "tau_quantile" else v) for k, v in zip(keys, rest, strict=False)
+    }
 
 
 def run_one(job: Job, steps: int, task: str) -> dict[str, Any]:
