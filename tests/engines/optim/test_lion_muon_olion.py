@@ -102,16 +102,21 @@ def test_lion_plus_clips_gradients_into_the_momentum(dtype: torch.dtype) -> None
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_lion_plus_variance_reduction_matches_hand_computation(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("scope", ["global", "element"])
+def test_lion_plus_variance_reduction_matches_hand_computation(
+    dtype: torch.dtype, scope: str
+) -> None:
     x0, w, target = data(dtype, seed=1)
     w = w.abs() + 0.5
     lr, b1, b2, tau, a = 0.05, 0.9, 0.99, 2.0, 0.3
+    if scope == "element":
+        tau = 0.4  # below the largest coordinates, so the clamp acts
 
     def grad_at(x: Tensor) -> Tensor:
         return w * (x - target)
 
     p = x0.clone().requires_grad_(True)
-    opt = LionPlus([p], lr=lr, betas=(b1, b2), tau=tau, vr=True, vr_a=a)
+    opt = LionPlus([p], lr=lr, betas=(b1, b2), tau=tau, vr=True, vr_a=a, norm_scope=scope)
 
     def closure() -> Tensor:
         opt.zero_grad()
@@ -123,6 +128,8 @@ def test_lion_plus_variance_reduction_matches_hand_computation(dtype: torch.dtyp
         opt.step(closure)
 
     def clip(g: Tensor) -> Tensor:
+        if scope == "element":
+            return g.clamp(-tau, tau)
         return g * min(1.0, tau / float(torch.sqrt((g * g).sum())))
 
     x, m, d, x_prev = x0.clone(), torch.zeros_like(x0), None, None
