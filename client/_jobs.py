@@ -46,8 +46,8 @@ def _content(response: httpx.Response) -> bytes:
 
 def submit_job(client: object, **fields: Any) -> Op[JobPublic]:
     """Create a tuning job from ``JobCreate``'s fields (``name``, ``dataset``, ``optimizer``,
-    ``budget``, ``workload``, ``engine``, ``parallelism``, ``seed``, ``executor``,
-    ``resources``); the server runs it."""
+    ``optimizer_options``, ``budget``, ``workload``, ``engine``, ``parallelism``, ``seed``,
+    ``executor``, ``resources``); the server runs it."""
     spec = JobCreate.model_validate(fields)
     return (yield Call("POST", "/v1/jobs", _job, json=body(spec)))
 

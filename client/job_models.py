@@ -64,6 +64,10 @@ class JobCreate(_Request):
     #: One optimizer of ``engines.optim.registry``, or several: then the optimizer is a
     #: categorical hyperparameter (its own ones prefixed ``<optimizer>.``).
     optimizer: ShortName | Annotated[list[ShortName], Field(min_length=1, max_length=20)]
+    #: Fixed hyperparameters by optimizer name, e.g. ``{"lion+": {"norm_scope": "element"}}``:
+    #: given to that optimizer in every unit and run, never tuned (a name of its search space
+    #: fixed here leaves the search space). Each key must be one of the job's optimizers.
+    optimizer_options: dict[ShortName, JsonDict] = Field(default_factory=dict)
     engine: ShortName | JobEngine = "ipbt"
     budget: JobBudget
     #: Worker processes at most (default: the server's ``ASKTELL_JOB_WORKERS``, else its cores).

@@ -61,6 +61,7 @@ def _check_names(config: JobCreate) -> list[dict[str, Any]]:
             )
     if len(set(names)) != len(names):
         raise ApiError(ProblemCode.INVALID_JOB, "an optimizer is named twice")
+    _check_optimizer_options(config)
     workload = config.workload_spec()
     try:
         return list(load_workload(workload.name).parameters(dict(workload.options)))
@@ -72,6 +73,33 @@ def _check_names(config: JobCreate) -> list[dict[str, Any]]:
         ) from exc
     except Exception as exc:  # the workload's own check of its options
         raise ApiError(ProblemCode.INVALID_JOB, f"workload options: {exc}") from exc
+
+
+def _check_optimizer_options(config: JobCreate) -> None:
+    """Each key of ``optimizer_options`` is one of the job's optimizers, and that optimizer
+    builds with the options (names and values checked by the optimizer itself).
+
+    Raises:
+        ApiError: 422 ``invalid_job``.
+    """
+    from torch import nn
+
+    names = config.optimizers()
+    for name, options in config.optimizer_options.items():
+        if name not in names:
+            raise ApiError(
+                ProblemCode.INVALID_JOB,
+                f"optimizer_options names {name!r}, which is not an optimizer of the job "
+                f"({', '.join(names)})",
+            )
+        try:
+            model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
+            # As a unit uses them: at the build, then again after a checkpoint's restore.
+            registry.set_hparams(registry.build(name, model, **options), name, options)
+        except Exception as exc:  # whatever the constructor raises on the values given
+            raise ApiError(
+                ProblemCode.INVALID_JOB, f"optimizer_options of {name!r}: {exc}"
+            ) from exc
 
 
 def resolve_dataset(conn: Connection, tenant_id: int, dataset: str | int) -> int | None:

@@ -31,12 +31,13 @@ def search_space(config: JobCreate, workload_params: list[dict[str, Any]]) -> li
     """
     optimizers = config.optimizers()
     if len(optimizers) == 1:
-        space = [dict(p) for p in registry.search_space(optimizers[0])]
+        space = tuned_space(config, optimizers[0])
     else:
         space = [{"type": "categorical", "name": OPTIMIZER_PARAM, "choices": optimizers}]
         for name in optimizers:
-            space += [{**p, "name": f"{name}.{p['name']}"} for p in registry.search_space(name)]
-    taken = {p["name"] for p in space}
+            space += [{**p, "name": f"{name}.{p['name']}"} for p in tuned_space(config, name)]
+    fixed = {name for options in config.optimizer_options.values() for name in options}
+    taken = {p["name"] for p in space} | fixed
     for p in workload_params:
         if p.get("name") in taken:
             raise ValueError(
@@ -46,12 +47,18 @@ def search_space(config: JobCreate, workload_params: list[dict[str, Any]]) -> li
     return space + [dict(p) for p in workload_params]
 
 
+def tuned_space(config: JobCreate, optimizer: str) -> list[dict[str, Any]]:
+    """The registry's search space of ``optimizer`` without the names the job fixes."""
+    fixed = config.optimizer_options.get(optimizer, {})
+    return [dict(p) for p in registry.search_space(optimizer) if p["name"] not in fixed]
+
+
 def unit_hparams(config: JobCreate, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A trial's optimizer and hyperparameters (the chosen optimizer's, unprefixed, and the
-    workload's)."""
+    """A trial's optimizer and hyperparameters (the job's fixed ones for that optimizer, then
+    the chosen optimizer's tuned ones, unprefixed, and the workload's)."""
     optimizers = config.optimizers()
     if len(optimizers) == 1:
-        return optimizers[0], dict(params)
+        return optimizers[0], {**config.optimizer_options.get(optimizers[0], {}), **params}
     chosen = str(params[OPTIMIZER_PARAM])
     prefixes = tuple(f"{name}." for name in optimizers)
     hparams = {
@@ -59,7 +66,7 @@ def unit_hparams(config: JobCreate, params: dict[str, Any]) -> tuple[str, dict[s
     }
     own = f"{chosen}."
     hparams.update({k[len(own) :]: v for k, v in params.items() if k.startswith(own)})
-    return chosen, hparams
+    return chosen, {**config.optimizer_options.get(chosen, {}), **hparams}
 
 
 def population(config: JobCreate) -> int:

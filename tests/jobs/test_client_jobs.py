@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from client import AsyncClient, AsyncJob, Client, Job
 from client._jobs import progress_line
@@ -93,6 +95,21 @@ def test_a_job_whose_workers_cannot_start_fails_instead_of_staying_running(
             info = client.submit_job(**runs("no-logs")).wait(progress=False, timeout=60)
         assert info.state == "failed"
         assert info.error is not None and "could not start" in info.error
+
+
+def test_a_jobs_optimizer_options_reach_the_optimizer(url, tmp_path: Path):
+    """The best checkpoint's optimizer state has the fixed option in its param groups."""
+    fields = {**runs("fixed"), "optimizer": "lion+"}
+    fields["optimizer_options"] = {"lion+": {"norm_scope": "element"}}
+    fields["budget"] = {"steps": 20, "trials": 1}
+    with Client(url) as client:
+        job = client.submit_job(**fields)
+        info = job.wait(progress=False, timeout=90)
+        assert info.state == "succeeded", info.error
+        model = torch.load(job.download_model(tmp_path / "m.pt"), weights_only=False)
+    saved = torch.load(io.BytesIO(model["checkpoint"]), weights_only=False)
+    groups = saved["optimizer_state"]["param_groups"]
+    assert saved["optimizer"] == "lion+" and {g["norm_scope"] for g in groups} == {"element"}
 
 
 def test_a_job_on_an_uploaded_regression_csv(url):

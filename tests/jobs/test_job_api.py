@@ -45,6 +45,11 @@ def _problem(r, status, code):
         ({"name": ""}, 422, "validation_error"),
         ({"name": "x" * 256}, 422, "invalid_job"),
         ({"dataset": True}, 422, "validation_error"),
+        ({"optimizer_options": {"adamw": {"lr": 0.1}}}, 422, "invalid_job"),
+        ({"optimizer_options": {"olion": {"nope": 1}}}, 422, "invalid_job"),
+        ({"optimizer_options": {"olion": {"lr": "fast"}}}, 422, "invalid_job"),
+        ({"optimizer_options": {"olion": {"lr": -1.0}}}, 422, "invalid_job"),
+        ({"optimizer_options": {"olion": 3}}, 422, "validation_error"),
     ],
 )
 def test_bad_jobs_are_refused_and_nothing_is_stored(jobs_http, fields, status, code):
@@ -82,6 +87,26 @@ def test_several_optimizers_make_a_categorical_parameter(jobs_http):
         config, {"optimizer": "sgd", "lion.lr": 1e-4, "sgd.lr": 0.1, "hidden": 8}
     )
     assert chosen == "sgd" and hparams == {"lr": 0.1, "hidden": 8}
+
+
+def test_optimizer_options_are_fixed_and_leave_the_search_space(jobs_http):
+    options = {"lion+": {"norm_scope": "element", "lr": 3e-4}}
+    body = job_body(optimizer=["lion+", "sgd"], optimizer_options=options)
+    job = jobs_http.post("/v1/jobs", json=body).json()
+    assert job["config"]["optimizer_options"] == options
+    study = jobs_http.get(f"/v1/studies/{job['study_id']}").json()
+    names = {p["name"] for p in study["parameters"]}
+    assert "lion+.lr" not in names and "sgd.lr" in names and "lion+.beta1" in names
+    config = spec.JobCreate.model_validate(job["config"])
+    params = {"optimizer": "lion+", "lion+.beta1": 0.8, "sgd.lr": 0.1, "hidden": 8}
+    assert spec.unit_hparams(config, params) == (
+        "lion+",
+        {"norm_scope": "element", "lr": 3e-4, "beta1": 0.8, "hidden": 8},
+    )
+    assert spec.unit_hparams(config, {**params, "optimizer": "sgd"}) == (
+        "sgd",
+        {"lr": 0.1, "hidden": 8},
+    )
 
 
 def test_a_single_objective_engine_runs_trials(jobs_http):
