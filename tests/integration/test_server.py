@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 
 THREADS = 16
 PAIRS = 50
+PAIRS_PER_CONNECTION = 10
 
 
 def objective(params: dict[str, Any]) -> float:
@@ -66,13 +67,17 @@ def test_concurrent_ask_tell_numbers_every_trial_once(server: Server) -> None:
     def worker(index: int) -> list[tuple[TrialPublic, float, TrialPublic]]:
         done = []
         worker_id = f"worker-{index}"
-        with Client(server.url, timeout=60, retries=8) as client:
-            study = client.get_study(study_id)
-            barrier.wait(timeout=30)
-            for _ in range(PAIRS):
-                (trial,) = study.ask(worker_id=worker_id)
-                value = objective(trial.params)
-                done.append((trial, value, study.tell(trial.number, value)))
+        barrier.wait(timeout=30)
+        # A new client, so a new connection, every PAIRS_PER_CONNECTION pairs: under load one
+        # uvicorn process can accept all sixteen keep-alive connections, and the check below
+        # needs both processes to serve asks.
+        for _ in range(PAIRS // PAIRS_PER_CONNECTION):
+            with Client(server.url, timeout=60, retries=8) as client:
+                study = client.get_study(study_id)
+                for _ in range(PAIRS_PER_CONNECTION):
+                    (trial,) = study.ask(worker_id=worker_id)
+                    value = objective(trial.params)
+                    done.append((trial, value, study.tell(trial.number, value)))
         return done
 
     started = time.monotonic()
