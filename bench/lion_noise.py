@@ -62,10 +62,12 @@ def registry_name(optimizer: str) -> tuple[str, dict[str, Any]]:
     """``lion+:SCOPE[:Q]`` -> ("lion+", {"norm_scope": SCOPE, "tau_quantile": Q}); a plain
     name -> (name, {})."""
     name, *rest = optimizer.split(":")
-    keys = ("norm_scope", "tau_quantile")
-    return name, {
-        k: (float(v) if k == "tau_quantile" else v) for k, v in zip(keys, rest, strict=False)
-    }
+    options: dict[str, Any] = {}
+    if rest:
+        options["norm_scope"] = rest[0]
+    if len(rest) > 1:
+        options["tau_quantile"] = float(rest[1])
+    return name, options
 
 
 def run_one(job: Job, steps: int, task: str) -> dict[str, Any]:
@@ -130,16 +132,13 @@ def lionplus_claim(
 
 def element_default_rule(table: dict[float, dict[str, dict[str, float]]]) -> bool | None:
     """The tuning rule of the module doc (None without the runs it needs)."""
-    need = {0.0, 30.0, 100.0}
-    element = [n for n in table.get(0.0, {}) if n.startswith("lion+:element")]
-    scopes = ("lion+:global", element[0] if element else "")
-    if not need <= set(table) or any(s not in table[x] for x in need for s in scopes):
+    element = next((n for n in table.get(0.0, {}) if n.startswith("lion+:element")), None)
+    scales = (0.0, 30.0, 100.0)
+    needed = ("lion+:global", element)
+    if element is None or any(n not in table.get(s, {}) for s in scales for n in needed):
         return None
-    best = {x: {s: table[x][s]["best"] for s in scopes} for x in need}
-    return (
-        all(best[x][scopes[1]] > best[x]["lion+:global"] for x in (30.0, 100.0))
-        and best[0.0][scopes[1]] >= best[0.0]["lion+:global"] - 0.005
-    )
+    gain = {s: table[s][element]["best"] - table[s]["lion+:global"]["best"] for s in scales}
+    return gain[30.0] > 0 and gain[100.0] > 0 and gain[0.0] >= -0.005
 
 
 def main(argv: list[str] | None = None) -> int:

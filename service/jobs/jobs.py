@@ -38,7 +38,8 @@ datasets_t = Dataset.__table__
 
 
 def _check_names(config: JobCreate) -> list[dict[str, Any]]:
-    """The workload's parameters, after checking the engine, optimizers and workload names.
+    """The workload's parameters, after checking the engine, optimizers (and their fixed
+    options) and workload names.
 
     Raises:
         ApiError: 422 ``invalid_job``, ``unknown_optimizer`` or ``unknown_workload``.

@@ -58,15 +58,16 @@ def unit_hparams(config: JobCreate, params: dict[str, Any]) -> tuple[str, dict[s
     the chosen optimizer's tuned ones, unprefixed, and the workload's)."""
     optimizers = config.optimizers()
     if len(optimizers) == 1:
-        return optimizers[0], {**config.optimizer_options.get(optimizers[0], {}), **params}
-    chosen = str(params[OPTIMIZER_PARAM])
-    prefixes = tuple(f"{name}." for name in optimizers)
-    hparams = {
-        k: v for k, v in params.items() if k != OPTIMIZER_PARAM and not k.startswith(prefixes)
-    }
-    own = f"{chosen}."
-    hparams.update({k[len(own) :]: v for k, v in params.items() if k.startswith(own)})
-    return chosen, {**config.optimizer_options.get(chosen, {}), **hparams}
+        chosen, tuned = optimizers[0], dict(params)
+    else:
+        chosen = str(params[OPTIMIZER_PARAM])
+        prefixes = tuple(f"{name}." for name in optimizers)
+        tuned = {
+            k: v for k, v in params.items() if k != OPTIMIZER_PARAM and not k.startswith(prefixes)
+        }
+        own = f"{chosen}."
+        tuned.update({k[len(own) :]: v for k, v in params.items() if k.startswith(own)})
+    return chosen, {**config.optimizer_options.get(chosen, {}), **tuned}
 
 
 def population(config: JobCreate) -> int:
