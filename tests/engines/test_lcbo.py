@@ -50,6 +50,21 @@ def _convex(X: np.ndarray) -> np.ndarray:
     return np.column_stack([f, X.sum(axis=1) - 1.0])
 
 
+def test_local_gp_posterior_is_botorchs_in_standardized_units():
+    X = _sobol(3, 24)
+    y = np.sin(3 * X).sum(1)
+    with seeded(0, False):
+        model = fit_gp(torch.as_tensor(X), y, [])
+    local = LocalGP(model)
+    Z = torch.as_tensor(_sobol(3, 7, seed=1))
+    with torch.no_grad():
+        posterior = model.posterior(Z)
+        mean = (posterior.mean.reshape(-1) - local.offset) / local.scale
+        std = posterior.variance.reshape(-1).sqrt() / local.scale
+        np.testing.assert_allclose(local.mean(Z).numpy(), mean.numpy(), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(local.std(Z).numpy(), std.numpy(), rtol=1e-5, atol=1e-8)
+
+
 def test_merit_gradient_matches_finite_differences():
     X = _sobol(3, 24)
     columns = np.column_stack([np.sin(3 * X).sum(1), X[:, 0] - X[:, 1] ** 2, (X**2).sum(1) - 0.5])
