@@ -47,22 +47,27 @@ class LocalGP:
     """A fitted GP in standardized units: its posterior, with gradients by autograd, and the
     gradient information of extra points (module docstring)."""
 
-    def __init__(self, model: SingleTaskGP) -> None:
+    def __init__(self, model: SingleTaskGP, output: int = 0) -> None:
+        """The GP of output ``output`` of ``model`` (a batch of independent GPs when it has
+        several outputs, as ``fit_gp`` makes for several columns)."""
         model.eval()
         if not isinstance(model.covar_module, RBFKernel):
             raise TypeError(f"LocalGP needs an RBF kernel, got {type(model.covar_module)}")
-        self.lengthscale = model.covar_module.lengthscale.detach().reshape(-1)
-        self.X: torch.Tensor = model.train_inputs[0].detach()
-        self.noise = float(model.likelihood.noise.detach().reshape(-1)[0])
-        self.constant = float(model.mean_module.constant.detach().reshape(-1)[0])
+        m = model.num_outputs
+        X = model.train_inputs[0].detach()
+        self.X: torch.Tensor = X[output] if m > 1 else X
+        self.lengthscale = model.covar_module.lengthscale.detach().reshape(m, -1)[output]
+        self.noise = float(model.likelihood.noise.detach().reshape(m, -1)[output, 0])
+        self.constant = float(model.mean_module.constant.detach().reshape(m)[output])
         transform: Any = model.outcome_transform
         #: Standardization of the outputs: ``value = offset + scale * standardized``.
-        self.offset = float(transform.means.reshape(-1)[0])
-        self.scale = float(transform.stdvs.reshape(-1)[0])
+        self.offset = float(transform.means.reshape(m)[output])
+        self.scale = float(transform.stdvs.reshape(m)[output])
+        targets = model.train_targets.detach().reshape(m, -1)[output]
         with torch.no_grad():
             K = self.k(self.X, self.X) + self.noise * torch.eye(len(self.X), dtype=self.X.dtype)
             self.L = psd_safe_cholesky(K)
-            resid = (model.train_targets.detach() - self.constant).unsqueeze(-1)
+            resid = (targets - self.constant).unsqueeze(-1)
             self.alpha = torch.cholesky_solve(resid, self.L).squeeze(-1)
 
     def k(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -233,13 +238,15 @@ def kkt_residual(
     return float(residual + np.maximum(c, 0.0).sum()), multipliers
 
 
-def warm_start(values: list[float]) -> Callable[[SingleTaskGP], None]:
-    """A ``start`` for ``bo.fit_gp`` that sets the lengthscales and noise of ``values``."""
+def warm_start(values: list[list[float]]) -> Callable[[SingleTaskGP], None]:
+    """A ``start`` for ``bo.fit_gp`` that sets the lengthscales and noise of ``values``, one
+    list per output of the model."""
 
     def start(model: SingleTaskGP) -> None:
         tensor = torch.as_tensor(values, dtype=torch.float64).exp()
-        lengthscale = tensor[:-1].clamp(min=0.03, max=1e4)
+        lengthscale = tensor[:, :-1].clamp(min=0.03, max=1e4)
         model.covar_module.lengthscale = lengthscale.reshape(model.covar_module.lengthscale.shape)
-        model.likelihood.noise = tensor[-1:].clamp(min=2e-4, max=1.0)
+        noise = tensor[:, -1].clamp(min=2e-4, max=1.0)
+        model.likelihood.noise = noise.reshape(model.likelihood.noise.shape)
 
     return start

@@ -7,10 +7,14 @@ import random
 import numpy as np
 import pytest
 import torch
+from botorch.fit import fit_gpytorch_mll
 from botorch.models import MixedSingleTaskGP, SingleTaskGP
+from botorch.models.transforms.outcome import Standardize
+from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from engines.base import History, Problem
 from engines.bo import (
+    exact_mll_loss,
     failure,
     fit_gp,
     needs_python_random,
@@ -68,6 +72,46 @@ def test_fit_gp_interpolates_a_smooth_function():
     Z = torch.tensor([[0.25], [0.55]], dtype=torch.float64)
     mean = model.posterior(Z).mean.detach().numpy().ravel()
     np.testing.assert_allclose(mean, np.sin(6 * Z[:, 0].numpy()), atol=0.05)
+
+
+def _smooth_data(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(3)
+    X = torch.as_tensor(rng.random((n, d)))
+    y = ((X - 0.3) ** 2).sum(1) + 0.1 * torch.sin(10 * X[:, 0]) + 0.01 * torch.randn(n)
+    return X, y.unsqueeze(-1)
+
+
+def test_exact_mll_loss_and_its_gradient_are_gpytorchs():
+    X, y = _smooth_data(30, 3)
+    model = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    mll.train()
+    params = [p for p in mll.parameters() if p.requires_grad]
+    with torch.no_grad():  # away from the initial values, where priors and data disagree
+        model.covar_module.lengthscale = torch.tensor([[0.2, 0.7, 2.0]])
+        model.likelihood.noise = torch.tensor([0.05])
+        model.mean_module.constant.fill_(0.3)
+    expected = -mll(model(*model.train_inputs), model.train_targets)
+    expected_grads = torch.autograd.grad(expected, params)
+    loss = exact_mll_loss(model)
+    grads = torch.autograd.grad(loss, params)
+    assert float(loss) == pytest.approx(float(expected), rel=1e-10)
+    for g, e in zip(grads, expected_grads, strict=True):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-7, atol=1e-10)
+
+
+def test_fit_gp_reaches_gpytorchs_optimum():
+    X, y = _smooth_data(40, 4)
+    with seeded(0, False):
+        model = fit_gp(X, y[:, 0].numpy(), [])
+    reference = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(reference.likelihood, reference))
+    np.testing.assert_allclose(
+        model.covar_module.lengthscale.detach().numpy(),
+        reference.covar_module.lengthscale.detach().numpy(),
+        rtol=1e-2,
+    )
+    assert float(exact_mll_loss(model)) == pytest.approx(float(exact_mll_loss(reference)), abs=1e-5)
 
 
 def test_fit_gp_uses_a_mixed_kernel_with_categorical_dimensions_and_the_start():

@@ -50,19 +50,25 @@ def _convex(X: np.ndarray) -> np.ndarray:
     return np.column_stack([f, X.sum(axis=1) - 1.0])
 
 
-def test_local_gp_posterior_is_botorchs_in_standardized_units():
+@pytest.mark.parametrize("n_outputs", [1, 3])
+def test_local_gp_posterior_is_botorchs_in_standardized_units(n_outputs):
     X = _sobol(3, 24)
-    y = np.sin(3 * X).sum(1)
+    Y = np.column_stack([np.sin((3 + i) * X).sum(1) * (i + 1) + i for i in range(n_outputs)])
     with seeded(0, False):
-        model = fit_gp(torch.as_tensor(X), y, [])
-    local = LocalGP(model)
+        model = fit_gp(torch.as_tensor(X), Y[:, 0] if n_outputs == 1 else Y, [])
     Z = torch.as_tensor(_sobol(3, 7, seed=1))
     with torch.no_grad():
         posterior = model.posterior(Z)
-        mean = (posterior.mean.reshape(-1) - local.offset) / local.scale
-        std = posterior.variance.reshape(-1).sqrt() / local.scale
-        np.testing.assert_allclose(local.mean(Z).numpy(), mean.numpy(), rtol=1e-6, atol=1e-8)
-        np.testing.assert_allclose(local.std(Z).numpy(), std.numpy(), rtol=1e-5, atol=1e-8)
+    for i in range(n_outputs):
+        local = LocalGP(model, i)
+        with torch.no_grad():
+            mean = (posterior.mean[:, i] - local.offset) / local.scale
+            std = posterior.variance[:, i].sqrt() / local.scale
+            np.testing.assert_allclose(local.mean(Z).numpy(), mean.numpy(), rtol=1e-6, atol=1e-8)
+            np.testing.assert_allclose(local.std(Z).numpy(), std.numpy(), rtol=1e-5, atol=1e-8)
+    # A batch's GPs are fitted each to its own column: their hyperparameters differ.
+    if n_outputs > 1:
+        assert LocalGP(model, 0).hyperparameters() != LocalGP(model, 1).hyperparameters()
 
 
 def test_merit_gradient_matches_finite_differences():
