@@ -73,8 +73,7 @@ from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolu
 from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.exceptions.errors import BotorchError
-from botorch.models import ModelListGP, SingleTaskGP
-from botorch.models.model import Model
+from botorch.models import SingleTaskGP
 from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
 from numpy.random import Generator
@@ -220,7 +219,7 @@ def _acquisition(
     name: analytic LogEI for one unconstrained point with nothing pending, else qLogNEI (one
     objective) or qLogNEHVI."""
     m, k = problem.n_objectives, problem.n_constraints
-    model: Model = models[0] if len(models) == 1 else ModelListGP(*models)
+    model = bo.joint_model(models)
     if m == 1 and k == 0 and count == 1 and pending is None:
         with torch.no_grad():
             best_f = models[0].posterior(tX).mean.max()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from botorch.fit import fit_gpytorch_mll
-from botorch.models import MixedSingleTaskGP, SingleTaskGP
+from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
@@ -17,6 +17,7 @@ from engines.bo import (
     exact_mll_loss,
     failure,
     fit_gp,
+    joint_model,
     needs_python_random,
     reference_point,
     replace_duplicates,
@@ -224,3 +225,24 @@ def test_sobol_then_model_asks_the_model_only_past_n_initial(n_done):
         ((pending, k),) = calls
         assert k == 4 - n_sobol and extra == "extra"
         np.testing.assert_array_equal(pending, X_new[:n_sobol])
+
+
+def test_joint_model_has_each_gps_posterior():
+    X, y = _smooth_data(25, 3)
+    columns = np.column_stack([y[:, 0].numpy(), X[:, 0].numpy() - 0.5, np.cos(4 * X[:, 1].numpy())])
+    with seeded(0, False):
+        models = [fit_gp(X, columns[:, i], []) for i in range(3)]
+    joint = joint_model(models)
+    assert type(joint) is SingleTaskGP and joint.num_outputs == 3
+    Z = torch.as_tensor(np.random.default_rng(4).random((6, 3)))
+    with torch.no_grad():
+        expected = ModelListGP(*models).posterior(Z)
+        posterior = joint.posterior(Z)
+    np.testing.assert_allclose(posterior.mean.numpy(), expected.mean.numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        posterior.variance.numpy(), expected.variance.numpy(), rtol=1e-5, atol=1e-9
+    )
+    # A mixed GP (categorical coordinates) keeps the list.
+    with seeded(0, False):
+        mixed = fit_gp(X, columns[:, 1], [2], maxiter=5)
+    assert type(joint_model([models[0], mixed])) is ModelListGP
