@@ -6,9 +6,10 @@
 - ``fit_gp``: an exact GP (BoTorch ``SingleTaskGP``, or ``MixedSingleTaskGP`` with categorical
   coordinates) by maximum marginal likelihood. For one output under BoTorch's default RBF
   kernel the loss is written out (``exact_mll_loss``): the same function as gpytorch's
-  ``ExactMarginalLogLikelihood``, priors included, in a few torch operations, because
-  gpytorch's evaluation costs 4-7 ms of Python per L-BFGS step at 50-200 points, which was
-  about 90 % of a ``gp`` ask. BoTorch still drives the fit (bounds, L-BFGS-B, retries).
+  ``ExactMarginalLogLikelihood``, priors included, in a few torch operations: about half
+  the cost of gpytorch's evaluation per L-BFGS step at 200 points (a ``gp`` ask measured
+  15-20 % faster; docs/engines/gp.md). BoTorch still drives the fit (bounds, L-BFGS-B,
+  retries).
 - ``joint_model``: the fitted GPs of several outputs as one model for an acquisition: a batched
   ``SingleTaskGP`` holding each one's hyperparameters when they allow (the same posterior as
   their ``ModelListGP``, computed in one batch: a constrained qLogNEI ask optimized about 2.5x
