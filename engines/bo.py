@@ -140,7 +140,8 @@ def fit_gp(
     """A GP on ``X: (n, d)`` and ``y: (n,)``, hyperparameters by maximum marginal likelihood
     (at most ``maxiter`` L-BFGS iterations, from the hyperparameters ``start`` sets on the new
     model, when given). With ``y: (n, m)``, a batch of ``m`` independent GPs, one per column,
-    fitted together (their summed marginal likelihood)."""
+    fitted together: BoTorch runs L-BFGS for each member on its own likelihood, evaluating all
+    members in one call."""
     Y = torch.as_tensor(y, dtype=torch.float64)
     Y = Y.unsqueeze(-1) if Y.ndim == 1 else Y
     model: SingleTaskGP
