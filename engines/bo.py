@@ -6,14 +6,13 @@
 - ``fit_gp``: an exact GP (BoTorch ``SingleTaskGP``, or ``MixedSingleTaskGP`` with categorical
   coordinates) by maximum marginal likelihood. For one output under BoTorch's default RBF
   kernel the loss is written out (``exact_mll_loss``): the same function as gpytorch's
-  ``ExactMarginalLogLikelihood``, priors included, in a few torch operations: about half
-  the cost of gpytorch's evaluation per L-BFGS step at 200 points (a ``gp`` ask measured
-  15-20 % faster; docs/engines/gp.md). BoTorch still drives the fit (bounds, L-BFGS-B,
-  retries).
+  ``ExactMarginalLogLikelihood``, priors included, in a few torch operations, cheaper per
+  L-BFGS step than gpytorch's evaluation (figures in docs/engines/gp.md). BoTorch still
+  drives the fit (bounds, L-BFGS-B, retries).
 - ``joint_model``: the fitted GPs of several outputs as one model for an acquisition: a batched
   ``SingleTaskGP`` holding each one's hyperparameters when they allow (the same posterior as
-  their ``ModelListGP``, computed in one batch: a constrained qLogNEI ask optimized about 2.5x
-  faster with 7 GPs), else their ``ModelListGP``.
+  their ``ModelListGP``, computed in one batch, so an acquisition over several GPs evaluates
+  faster), else their ``ModelListGP``.
 - ``lengthscales``: a fitted GP's lengthscale per input coordinate, for the trials' details.
 - ``seeded``: run with torch (and optionally Python's ``random``) seeded, under one lock.
 - ``reference_point``: the hypervolume reference point for several objectives.
@@ -186,7 +185,7 @@ def exact_mll_loss(model: SingleTaskGP) -> torch.Tensor:
     Z = Z - Z.mean(0)
     norms = (Z * Z).sum(-1)
     square = (norms[:, None] + norms[None, :] - 2.0 * Z @ Z.T).clamp_min(0.0)
-    square = square.fill_diagonal_(0.0)
+    square.fill_diagonal_(0.0)
     K = torch.exp(-0.5 * square)
     K = K + model.likelihood.noise * torch.eye(len(X), dtype=X.dtype)
     L = psd_safe_cholesky(K)
