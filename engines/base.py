@@ -213,6 +213,16 @@ class ModelBasedEngine:
     max_objectives: ClassVar[int | None] = None
     schedules_units: ClassVar[bool] = False
 
+    def suggest_ahead(
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
+    ) -> Proposal:
+        """Points for the service's suggestion pool: computed now, served later, one per ask,
+        while more trials finish. By default the batch ``suggest`` gives; an engine may compute
+        them more cheaply per point (``gp``)."""
+        suggest = self.suggest  # type: ignore[attr-defined]  # each engine defines it
+        proposal: Proposal = suggest(problem, history, count, state, rng)
+        return proposal
+
 
 class UnitScheduler:
     """The class attributes the schedulers of training units share (``pbt``, ``ipbt``); each

@@ -13,6 +13,8 @@
   ``SingleTaskGP`` holding each one's hyperparameters when they allow (the same posterior as
   their ``ModelListGP``, computed in one batch, so an acquisition over several GPs evaluates
   faster), else their ``ModelListGP``.
+- ``thompson_points``: the maximizers of posterior sample paths of one GP (batch Thompson
+  sampling), for points computed ahead of the asks (``GPEngine.suggest_ahead``).
 - ``lengthscales``: a fitted GP's lengthscale per input coordinate, for the trials' details.
 - ``seeded``: run with torch (and optionally Python's ``random``) seeded, under one lock.
 - ``reference_point``: the hypervolume reference point for several objectives.
@@ -25,6 +27,7 @@ fitted here maximize, so their targets are ``-Y``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -42,6 +45,7 @@ from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim.closures import ForwardBackwardClosure
+from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from gpytorch.kernels import RBFKernel
@@ -49,6 +53,8 @@ from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from linear_operator.utils.cholesky import psd_safe_cholesky
+from scipy.optimize import minimize
+from torch.quasirandom import SobolEngine
 
 from engines.base import JSON, History, Problem
 from engines.quasirandom import SobolStream, sobol_points
@@ -64,6 +70,14 @@ _MAX_ENUMERATED_CELLS = 100_000
 #: Seeding torch (and, for large categoricals, Python's ``random`` that BoTorch's mixed optimizer
 #: draws from) is process-global; asks in threads of one process take turns.
 _SEEDED_LOCK = threading.Lock()
+#: ``thompson_points``: random Fourier features per sample path; candidates each path is scored
+#: on, half Sobol points, half Gaussian perturbations (this deviation, in the unit cube) of the
+#: best observed points (this many); L-BFGS-B iterations refining each path's best candidate.
+_TS_FEATURES = 1024
+_TS_CANDIDATES = 2048
+_TS_LOCAL_SIGMA = 0.05
+_TS_TOP = 10
+_TS_MAXITER = 50
 _REPLACED = "duplicate of an observed, pending or earlier point"
 
 Extra = TypeVar("Extra")
@@ -221,6 +235,46 @@ def joint_model(models: list[SingleTaskGP]) -> Model:
         constant = torch.stack([m.mean_module.constant.reshape(()) for m in models])
         joint.mean_module.constant.copy_(constant.reshape(joint.mean_module.constant.shape))
     return joint.eval()
+
+
+def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np.ndarray:
+    """``(count, d)`` within ``bounds: (2, d)``: the maximizers of ``count`` posterior sample
+    paths of ``model`` (one output, maximized), drawn by pathwise conditioning with random
+    Fourier features. Each path's best of the candidates (Sobol points, and perturbations of
+    the best observed points) is refined by L-BFGS-B. Uses torch's random generator: seed it
+    (``seeded``)."""
+    X, y = model.train_inputs[0], model.train_targets
+    d = X.shape[-1]
+    lower, upper = bounds[0], bounds[1]
+    prior = functools.partial(draw_kernel_feature_paths, num_features=_TS_FEATURES)
+    half = _TS_CANDIDATES // 2
+    best = X[torch.argsort(y, descending=True)[:_TS_TOP]]
+    local = best[torch.randint(len(best), (half,))] + _TS_LOCAL_SIGMA * torch.randn(half, d)
+    sobol = SobolEngine(d, scramble=True, seed=int(torch.randint(2**31, ())))
+    candidates = torch.cat([lower + (upper - lower) * sobol.draw(half, dtype=X.dtype), local])
+    candidates = torch.maximum(torch.minimum(candidates, upper), lower)
+    with torch.no_grad():
+        paths = draw_matheron_paths(model, torch.Size([count]), prior_sampler=prior)
+        starts = candidates[paths(candidates).argmax(dim=-1)]  # (count, d)
+
+    def negated_sum(z: np.ndarray) -> tuple[float, np.ndarray]:
+        # The paths are independent: one sum, each point's gradient is its own path's.
+        x = torch.tensor(z.reshape(count, 1, d), dtype=X.dtype, requires_grad=True)
+        loss = -paths(x).sum()
+        loss.backward()
+        assert x.grad is not None
+        return loss.detach().item(), x.grad.reshape(-1).numpy()
+
+    box = list(zip(lower.tolist() * count, upper.tolist() * count, strict=True))
+    result = minimize(
+        negated_sum,
+        starts.numpy().reshape(-1),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=box,
+        options={"maxiter": _TS_MAXITER},
+    )
+    return np.clip(result.x.reshape(count, d), lower.numpy(), upper.numpy())
 
 
 def _raw_targets(model: SingleTaskGP) -> torch.Tensor:

@@ -26,6 +26,13 @@ log-normal prior [Hvarfner2024vanilla], inferred noise, standardized outcomes). 
   sampled Pareto front of the observed points, computed in log space.
 - Outcome constraints ``c_i(x) <= 0``: each sample's improvement is weighted by the smoothed
   feasibility ``prod_i sigmoid(-c_i(x) / eta)`` of the sampled constraint values [Gardner2014cbo].
+- Points computed ahead of the asks (``suggest_ahead``: the service's suggestion pool, served
+  later to workers that arrive while other trials finish), one objective, no outcome
+  constraint, no categorical coordinate: asynchronous parallel Thompson sampling
+  [Kandasamy2018pts]. Each point maximizes its own posterior sample path ``f^(s)``, drawn by
+  pathwise conditioning [Wilson2020pathwise]: ``f^(s)(x) = g(x) + k(x, X) (K + s2 I)^-1
+  (y - g(X) - e)``, ``g`` a prior sample from random Fourier features, ``e ~ N(0, s2 I)``.
+  The pending trials are not conditioned on: the samples' randomness spreads the batch.
 
 Our design (reasons in docs/engines/gp.md):
 
@@ -38,6 +45,11 @@ Our design (reasons in docs/engines/gp.md):
 - The fit stops after 200 L-BFGS iterations. Without a given reference point, ``r`` is the
   nadir of the feasible observed front moved back by 10 % of its range. Non-finite objective
   values count as the worst finite one, non-finite constraint values as violated.
+- Thompson sampling for the pool's points: a batch of ``q`` points costs one fit and ``q``
+  cheap path maximizations instead of ``q`` greedy qLogNEI optimizations (0.2-0.3 s for 8
+  points at 60 trials against about 2 s), so the pool keeps up with several workers; each
+  path's maximizer is the best of 2,048 candidates (half Sobol, half around the best
+  observed points) refined by L-BFGS-B.
 - Duplicates are replaced by fresh Sobol points; a numerical failure falls back to Sobol
   points, said so in their details (``engines.bo``).
 
@@ -52,6 +64,11 @@ References:
         Bayesian optimization. NeurIPS 2023.
     [Daulton2021nehvi] S. Daulton, M. Balandat, E. Bakshy. Parallel Bayesian optimization of
         multiple noisy objectives with expected hypervolume improvement. NeurIPS 2021.
+    [Kandasamy2018pts] K. Kandasamy, A. Krishnamurthy, J. Schneider, B. Poczos. Parallelised
+        Bayesian optimisation via Thompson sampling. AISTATS 2018.
+    [Wilson2020pathwise] J. T. Wilson, V. Borovitskiy, A. Terenin, P. Mostowsky,
+        M. P. Deisenroth. Efficiently sampling functions from Gaussian process posteriors.
+        ICML 2020.
     [Gardner2014cbo] J. R. Gardner et al. Bayesian optimization with inequality constraints.
         ICML 2014.
     [Ru2020cocabo] B. Ru, A. S. Alvi, V. Nguyen, M. A. Osborne, S. J. Roberts. Bayesian
@@ -125,17 +142,42 @@ class GPEngine(ModelBasedEngine):
     def suggest(
         self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
+        return self._suggest(problem, history, count, state, rng, ahead=False)
+
+    def suggest_ahead(
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
+    ) -> Proposal:
+        """Points for the suggestion pool: by Thompson sampling where it applies, else as
+        ``suggest`` gives them (module docstring)."""
+        return self._suggest(problem, history, count, state, rng, ahead=True)
+
+    def _suggest(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+        ahead: bool,
+    ) -> Proposal:
         stream = SobolStream.resume(problem.d, state, rng)
         n_initial = self.n_initial if self.n_initial is not None else 2 * problem.d + 1
-        model = functools.partial(self._model_points, problem, history, rng=rng)
+        model = functools.partial(self._model_points, problem, history, rng=rng, ahead=ahead)
         X, details, _ = bo.sobol_then_model(problem, history, count, n_initial, stream, rng, model)
         return Proposal(X=X, state={"version": _STATE_VERSION, **stream.state()}, details=details)
 
     def _model_points(
-        self, problem: Problem, history: History, X_pending: np.ndarray, count: int, rng: Generator
+        self,
+        problem: Problem,
+        history: History,
+        X_pending: np.ndarray,
+        count: int,
+        rng: Generator,
+        ahead: bool,
     ) -> tuple[np.ndarray, list[JSON], None]:
-        """``count`` points from the acquisition optimizer, ``(count, d)`` snapped, with details;
-        points marked with NaN rows (and a ``fallback`` reason) when the model cannot be used.
+        """``count`` points from the acquisition optimizer (by Thompson sampling where
+        ``ahead`` and it applies), ``(count, d)`` snapped, with details; points marked with NaN
+        rows (and a ``fallback`` reason) when the model cannot be used.
 
         ``X_pending: (p, d)`` in [0, 1] are the pending trials plus the batch so far.
         """
@@ -146,18 +188,21 @@ class GPEngine(ModelBasedEngine):
         X_train, targets = data
         try:
             with bo.seeded(torch_seed, bo.needs_python_random(problem.space)):
-                X_new, scales, acquisition = self._optimize(
-                    problem, X_train, targets, X_pending, count
+                X_new, scales, acquisitions = self._optimize(
+                    problem, X_train, targets, X_pending, count, ahead
                 )
         except bo.NUMERICAL_ERRORS as exc:
             return (*bo.unfilled(problem.d, count, bo.failure(exc)), None)
-        detail = {
-            "source": "gp",
-            "acquisition": acquisition,
-            "n_observations": len(X_train),
-            "lengthscales": scales,
-        }
-        return problem.space.snap(X_new), [dict(detail) for _ in range(count)], None
+        details: list[JSON] = [
+            {
+                "source": "gp",
+                "acquisition": acquisition,
+                "n_observations": len(X_train),
+                "lengthscales": scales,
+            }
+            for acquisition in acquisitions
+        ]
+        return problem.space.snap(X_new), details, None
 
     def _optimize(
         self,
@@ -166,21 +211,48 @@ class GPEngine(ModelBasedEngine):
         targets: np.ndarray,
         X_pending: np.ndarray,
         count: int,
-    ) -> tuple[np.ndarray, list[list[float | None]], str]:
-        """Fit the GPs and optimize the acquisition; returns ``(count, d)`` in [0, 1], each
-        GP's lengthscales (``bo.lengthscales``), objectives then constraints, and the
-        acquisition's name.
+        ahead: bool,
+    ) -> tuple[np.ndarray, list[list[float | None]], list[str]]:
+        """Fit the GPs and choose the points; returns ``(count, d)`` in [0, 1], each GP's
+        lengthscales (``bo.lengthscales``), objectives then constraints, and the name of the
+        acquisition of each point. ``ahead`` with one objective, no outcome constraint and no
+        categorical coordinate: the maximizers of Thompson samples (module docstring).
 
         ``X_train: (n, d)`` snapped, ``targets: (n, m + k)``: ``-Y`` then ``C``,
         ``X_pending: (p, d)``.
         """
         m, k = problem.n_objectives, problem.n_constraints
-        bounds, discrete_dims, cat_dims, fixed = _domain(problem.space, self.max_discrete_levels)
         model_cat_dims = [
             j for j, dim in enumerate(problem.space.dimensions) if dim.kind == "categorical"
         ]
         tX = torch.as_tensor(X_train, dtype=torch.float64)
         models = [bo.fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
+        if ahead and m == 1 and k == 0 and not model_cat_dims:
+            bounds = _domain(problem.space, self.max_discrete_levels)[0]
+            X_new = bo.thompson_points(models[0], count, torch.as_tensor(bounds))
+            acquisition = "thompson"
+        else:
+            X_new, acquisition = self._maximize(problem, models, tX, targets, X_pending, count)
+        if not np.all(np.isfinite(X_new)):
+            raise BotorchError("the acquisition optimizer returned non-finite points")
+        return (
+            np.clip(X_new, 0.0, 1.0),
+            [bo.lengthscales(gp, problem.d) for gp in models],
+            [acquisition] * count,
+        )
+
+    def _maximize(
+        self,
+        problem: Problem,
+        models: list[SingleTaskGP],
+        tX: torch.Tensor,
+        targets: np.ndarray,
+        X_pending: np.ndarray,
+        count: int,
+    ) -> tuple[np.ndarray, str]:
+        """``count`` points ``(count, d)`` maximizing the acquisition on the fitted ``models``
+        (greedily, with ``X_pending`` and the points chosen so far pending), and its name."""
+        bounds, discrete_dims, cat_dims, fixed = _domain(problem.space, self.max_discrete_levels)
         pending = torch.as_tensor(X_pending, dtype=torch.float64) if len(X_pending) else None
         acq, acquisition = _acquisition(problem, models, tX, targets, pending, count)
         tbounds = torch.as_tensor(bounds, dtype=torch.float64)
@@ -197,14 +269,7 @@ class GPEngine(ModelBasedEngine):
             )
         else:
             candidates, _ = optimize_acqf(acq, tbounds, sequential=True, **opt)
-        X_new = candidates.detach().numpy().reshape(count, problem.d)
-        if not np.all(np.isfinite(X_new)):
-            raise BotorchError("the acquisition optimizer returned non-finite points")
-        return (
-            np.clip(X_new, 0.0, 1.0),
-            [bo.lengthscales(gp, problem.d) for gp in models],
-            acquisition,
-        )
+        return candidates.detach().numpy().reshape(count, problem.d), acquisition
 
 
 def _acquisition(

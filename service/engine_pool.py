@@ -55,6 +55,8 @@ class EngineCall:
     state: JSON
     #: The seed of the call's generator: the study's seed and its ask count.
     seed: tuple[int, int]
+    #: Points for the suggestion pool (``suggest_ahead``), not for the ask waiting now.
+    ahead: bool = False
 
 
 class EngineAbandoned(Exception):
@@ -89,7 +91,9 @@ def run_call(call: EngineCall) -> tuple[Proposal, float]:
     start = time.perf_counter()
     one_torch_thread()
     try:
-        proposal = call.engine.suggest(call.problem, call.history, call.count, call.state, rng)
+        # Only model-based engines are pooled (``suggestion_pool.pools``): they have it.
+        suggest = call.engine.suggest_ahead if call.ahead else call.engine.suggest
+        proposal = suggest(call.problem, call.history, call.count, call.state, rng)
     finally:
         one_torch_thread()
     return proposal, round(time.perf_counter() - start, 6)

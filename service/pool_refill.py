@@ -160,7 +160,13 @@ def refill(store: Store, tenant_id: int, study_id: int) -> bool:
             study, history, size = snap
             # In an engine process, within the server's time budget, as an ask's engine call.
             proposal = suggest(
-                parsed, study, history, size, store.engine_pool, store.engine_pool.budget
+                parsed,
+                study,
+                history,
+                size,
+                store.engine_pool,
+                store.engine_pool.budget,
+                ahead=True,
             )
             if any("time_budget_seconds" in detail for detail in proposal.details):
                 return False  # abandoned (``suggest.fallback``): Sobol points are no batch

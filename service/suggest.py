@@ -27,9 +27,10 @@ def suggest(
     need: int,
     pool: EnginePool | None = None,
     budget: float = math.inf,
+    ahead: bool = False,
 ) -> Proposal:
     """The engine's proposal for ``need`` points: in ``pool`` within ``budget`` seconds, or,
-    without a pool, in this thread."""
+    without a pool, in this thread; ``ahead``: for the suggestion pool (``suggest_ahead``)."""
     assert history is not None
     call = EngineCall(
         parsed.engine,
@@ -38,6 +39,7 @@ def suggest(
         need,
         study.engine_state,
         (study.seed, study.ask_count),
+        ahead,
     )
     start = time.perf_counter()
     try:

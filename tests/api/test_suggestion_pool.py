@@ -145,6 +145,21 @@ def test_by_default_a_batch_stays_fresh_for_its_size_at_most_its_history_s(poole
     assert "pool" not in again["details"]
 
 
+def test_a_gp_refill_past_the_initial_design_adds_thompson_samples(pooled):
+    http = pooled
+    sid = _study(http)
+    for _ in range(6):  # past gp's 2 d + 1 Sobol points
+        (trial,) = _ask(http, sid)
+        _tell(http, sid, trial)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    served = [_ask(http, sid)[0] for _ in range(2)]  # a batch of 2 x (0 + 1)
+    assert all("pool" in trial["details"] for trial in served)
+    # Sample paths' maximizers (GPEngine.suggest_ahead); an ask computed inline keeps qLogNEI.
+    assert [trial["details"]["acquisition"] for trial in served] == ["thompson"] * 2
+    (inline,) = _ask(http, sid)
+    assert "pool" not in inline["details"] and inline["details"]["acquisition"] == "qLogNEI"
+
+
 def test_max_staleness_zero_never_serves_from_the_pool(pooled):
     http = pooled
     sid = _study(http)
