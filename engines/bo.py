@@ -27,7 +27,6 @@ fitted here maximize, so their targets are ``-Y``.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import random
@@ -45,7 +44,6 @@ from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim.closures import ForwardBackwardClosure
-from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from gpytorch.kernels import RBFKernel
@@ -237,6 +235,79 @@ def joint_model(models: list[SingleTaskGP]) -> Model:
     return joint.eval()
 
 
+class SamplePaths:
+    """``S`` posterior sample paths of each of several GPs, by pathwise conditioning with random
+    Fourier features [Wilson2020pathwise]. For a GP as ``fit_gp`` fits it without categorical
+    coordinates (constant mean ``c``, RBF kernel ``k`` with lengthscales ``l`` and unit
+    variance, noise ``s2``, targets ``y`` standardized), on inputs ``X``, path ``s`` is::
+
+        f(x) = c + g(x) + k(x, X) (K + s2 I)^-1 (y - c - g(X) - e),   e ~ N(0, s2 I)
+        g(x) = sqrt(2 / F) sum_i w_i cos(o_i . (x / l) + b_i)
+
+    with ``F`` features, ``o_i ~ N(0, I)`` and ``b_i ~ U(0, 2 pi)`` shared by a GP's paths,
+    ``w_i ~ N(0, 1)`` each path's own, then un-standardized: the paths BoTorch's
+    ``draw_matheron_paths`` draws for these models, written out in torch, so that evaluating and
+    differentiating them costs a few tensor operations instead of a tree of kernel modules.
+    Draws from torch's random generator: seed it (``seeded``).
+    """
+
+    def __init__(self, models: list[SingleTaskGP], S: int, num_features: int) -> None:
+        if not all(_plain_rbf(m) for m in models):
+            raise TypeError("SamplePaths needs one-output RBF GPs as fit_gp fits them")
+        X = models[0].train_inputs[0]
+        G, n, d = len(models), X.shape[0], X.shape[-1]
+        dtype = X.dtype
+        # Fixed functions: no graph to the GPs' hyperparameters.
+        lengthscales = [m.covar_module.lengthscale.detach().reshape(d) for m in models]
+        self.lengthscale = torch.stack(lengthscales)
+        self.constant = torch.stack([m.mean_module.constant.detach().reshape(()) for m in models])
+        transforms: list[Standardize] = [m.outcome_transform for m in models]  # type: ignore[misc]
+        self.y_mean = torch.stack([t.means.reshape(()) for t in transforms])
+        self.y_std = torch.stack([t.stdvs.reshape(()) for t in transforms])
+        self.omega = torch.randn(G, 1, num_features, d, dtype=dtype)
+        self.phase = 2 * math.pi * torch.rand(G, 1, 1, num_features, dtype=dtype)
+        self.weight = math.sqrt(2 / num_features) * torch.randn(G, S, num_features, dtype=dtype)
+        self.Z_train = (X / self.lengthscale[:, None, :])[:, None]  # (G, 1, n, d)
+        noise = torch.stack([m.likelihood.noise.detach().reshape(()) for m in models])  # (G,)
+        K = _rbf(self.Z_train, self.Z_train)[:, 0] + noise[:, None, None] * torch.eye(
+            n, dtype=dtype
+        )
+        targets = torch.stack([m.train_targets for m in models])[:, None, :]  # (G, 1, n)
+        errors = noise.sqrt()[:, None, None] * torch.randn(G, S, n, dtype=dtype)
+        residual = targets - self.constant[:, None, None] - self._prior(self.Z_train) - errors
+        solved = torch.cholesky_solve(residual.transpose(1, 2), psd_safe_cholesky(K))  # (G, n, S)
+        self.update = solved.transpose(1, 2)[..., None]  # (G, S, n, 1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``(S, N, G)``: every path at ``x``, ``(N, d)`` or, one set per path, ``(S, N, d)``;
+        differentiable in ``x``."""
+        # (G, 1, N, d) for the same points on every path, else (G, S, N, d).
+        Z = x.to(self.lengthscale.dtype)[None] / self.lengthscale[:, None, None, :]
+        # Chunks of points: their (G, S or 1, chunk, F) features stay under 2^24 numbers.
+        chunk = max(1, 2**24 // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
+        parts = []
+        for Zc in torch.split(Z, chunk, dim=2):
+            kernel = _rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
+            parts.append(self._prior(Zc) + (kernel @ self.update)[..., 0])
+        values = self.constant[:, None, None] + torch.cat(parts, dim=2)  # (G, S, N)
+        return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
+
+    def _prior(self, Z: torch.Tensor) -> torch.Tensor:
+        """``(G, S, N)``: the prior samples ``g`` at ``Z: (G, S or 1, N, d)`` (scaled inputs)."""
+        features = torch.cos(Z @ self.omega.transpose(-1, -2) + self.phase)  # (G, S or 1, N, F)
+        if Z.shape[1] == 1:  # the same points for every path: one product for all
+            return (features[:, 0] @ self.weight.transpose(1, 2)).transpose(1, 2)
+        return (features @ self.weight[..., None])[..., 0]
+
+
+def _rbf(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``exp(-|a - b|^2 / 2)`` for the rows of ``A: (..., N, d)`` and ``B: (..., n, d)``."""
+    square = (
+        (A * A).sum(-1)[..., :, None] + (B * B).sum(-1)[..., None, :] - 2 * A @ B.transpose(-1, -2)
+    )
+    return torch.exp(-0.5 * square.clamp_min(0.0))
+
+
 def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np.ndarray:
     """``(count, d)`` within ``bounds: (2, d)``: the maximizers of ``count`` posterior sample
     paths of ``model`` (one output, maximized), drawn by pathwise conditioning with random
@@ -246,16 +317,15 @@ def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np
     X, y = model.train_inputs[0], model.train_targets
     d = X.shape[-1]
     lower, upper = bounds[0], bounds[1]
-    prior = functools.partial(draw_kernel_feature_paths, num_features=_TS_FEATURES)
     half = _TS_CANDIDATES // 2
     best = X[torch.argsort(y, descending=True)[:_TS_TOP]]
     local = best[torch.randint(len(best), (half,))] + _TS_LOCAL_SIGMA * torch.randn(half, d)
     sobol = SobolEngine(d, scramble=True, seed=int(torch.randint(2**31, ())))
     candidates = torch.cat([lower + (upper - lower) * sobol.draw(half, dtype=X.dtype), local])
     candidates = torch.maximum(torch.minimum(candidates, upper), lower)
+    paths = SamplePaths([model], count, _TS_FEATURES)
     with torch.no_grad():
-        paths = draw_matheron_paths(model, torch.Size([count]), prior_sampler=prior)
-        starts = candidates[paths(candidates).argmax(dim=-1)]  # (count, d)
+        starts = candidates[paths(candidates)[..., 0].argmax(dim=-1)]  # (count, d)
 
     def negated_sum(z: np.ndarray) -> tuple[float, np.ndarray]:
         # The paths are independent: one sum, each point's gradient is its own path's.

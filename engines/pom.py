@@ -45,13 +45,11 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 from botorch.exceptions.errors import BotorchError
-from botorch.models import ModelListGP
-from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from numpy.random import Generator
 from scipy.stats import qmc
 
@@ -213,13 +211,11 @@ class POMEngine(ModelBasedEngine):
         """
         m, k = problem.n_objectives, problem.n_constraints
         tX = torch.as_tensor(X_train, dtype=torch.float64)
-        model = ModelListGP(*[bo.fit_gp(tX, targets[:, i], []) for i in range(m + k)])
-        prior = functools.partial(draw_kernel_feature_paths, num_features=self.num_features)
-        with torch.no_grad():  # the paths are fixed functions: no graph to the GP parameters
-            paths = draw_matheron_paths(model, torch.Size([S]), prior_sampler=prior)
+        models = [bo.fit_gp(tX, targets[:, i], []) for i in range(m + k)]
+        paths = bo.SamplePaths(models, S, self.num_features)
         X_all = np.vstack([pool, X_train])
         with torch.no_grad():
-            values = _path_values(paths, torch.as_tensor(X_all))  # (S, N + n, m + k)
+            values = paths(torch.as_tensor(X_all))  # (S, N + n, m + k)
         if self.refine_points:
             scale = torch.as_tensor(np.maximum(targets.std(axis=0), 1e-9))  # observed spreads
             refined = refine_on_paths(
@@ -228,7 +224,7 @@ class POMEngine(ModelBasedEngine):
             taken = problem.space.snap(np.vstack([X_all, X_pending]))
             refined = distinct_rows(problem.space.snap(refined), taken)
             with torch.no_grad():
-                extra = _path_values(paths, torch.as_tensor(refined))
+                extra = paths(torch.as_tensor(refined))
             n_pool = len(pool)
             pool = np.vstack([pool, refined])
             values = torch.cat([values[:, :n_pool], extra, values[:, n_pool:]], dim=1)
@@ -241,16 +237,8 @@ class POMEngine(ModelBasedEngine):
         return pool, F, V, ref
 
 
-def _path_values(paths: Any, X: torch.Tensor) -> torch.Tensor:
-    """``(S, n, m + k)``: every sample path of every GP at ``X``, ``(n, d)`` or, one set of points
-    per sample, ``(S, n, d)``; in the models' orientation (objectives maximized)."""
-    outputs = paths(X.to(torch.float64))
-    assert isinstance(outputs, list)  # a ModelListGP's paths give one tensor per GP
-    return torch.stack(outputs, dim=-1)
-
-
 def refine_on_paths(
-    paths: Any,
+    paths: bo.SamplePaths,
     X_start: torch.Tensor,
     values: torch.Tensor,
     scale: torch.Tensor,
@@ -271,7 +259,7 @@ def refine_on_paths(
     zero = torch.zeros((S, 1, 1, m), dtype=torch.float64)
     extremes = _descend(paths, X_start, values, scale, zero, one_hot, m)  # (S, m, d)
     with torch.no_grad():
-        candidates = torch.cat([values, _path_values(paths, extremes)], dim=1)
+        candidates = torch.cat([values, paths(extremes)], dim=1)
     # The ideal must not lie above what the path can reach, or the scalarizations all end at
     # one end of the front: hence the minimizers first, then the ideal over them and the starts.
     lo = (-candidates[..., :m] / scale[:m]).amin(dim=1)[:, None, None]  # (S, 1, 1, m)
@@ -281,7 +269,7 @@ def refine_on_paths(
 
 
 def _descend(
-    paths: Any,
+    paths: bo.SamplePaths,
     X_start: torch.Tensor,
     values: torch.Tensor,
     scale: torch.Tensor,
@@ -296,7 +284,7 @@ def _descend(
     optimizer = torch.optim.Adam([x], lr=_REFINE_LR)
     for _ in range(_REFINE_STEPS):
         optimizer.zero_grad()
-        scores = _scalarized(_path_values(paths, x), scale, lo[:, 0], weights[:, :, 0], m)
+        scores = _scalarized(paths(x), scale, lo[:, 0], weights[:, :, 0], m)
         scores.sum().backward()  # the scalarizations are independent: one backward for all
         optimizer.step()
         with torch.no_grad():

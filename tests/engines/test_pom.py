@@ -9,7 +9,7 @@ import pytest
 
 from engines import bo, pom
 from engines.base import History, Problem
-from engines.bo import fit_gp
+from engines.bo import SamplePaths, fit_gp
 from engines.errors import EngineOptionsError
 from engines.metrics import non_dominated
 from engines.pareto_matching import (
@@ -130,18 +130,16 @@ def test_pending_points_count_as_already_chosen():
 def test_refined_points_reach_a_pareto_set_on_the_boundary_that_the_pool_misses():
     # f0 = a, f1 = 1 - a + 4 b: the Pareto set is the edge b = 0, which no random point is on.
     import torch
-    from botorch.models import ModelListGP
 
     rng = np.random.default_rng(0)
     X = rng.random((20, 2))
     targets = -np.column_stack([X[:, 0], 1 - X[:, 0] + 4 * X[:, 1]])  # the models maximize
     tX = torch.as_tensor(X)
-    model = ModelListGP(*[fit_gp(tX, targets[:, i], []) for i in range(2)])
     torch.manual_seed(0)
+    paths = SamplePaths([fit_gp(tX, targets[:, i], []) for i in range(2)], 8, 1024)
     with torch.no_grad():
-        paths = pom.draw_matheron_paths(model, torch.Size([8]))
         starts = torch.as_tensor(rng.random((64, 2)) * [1.0, 0.8] + [0.0, 0.2])  # b >= 0.2
-        values = pom._path_values(paths, starts)
+        values = paths(starts)
     scale = torch.as_tensor(targets.std(axis=0))
     refined = pom.refine_on_paths(paths, starts, values, scale, 2, 32, rng)
     assert refined.shape == (8 * (2 + 4), 2)  # per path: 2 minimizers, 4 scalarizations
