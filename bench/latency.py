@@ -201,14 +201,18 @@ def warm_up(base: str, problem: LatencyProblem) -> None:
 
 
 def pool_runs(
-    base: str, seeds: int, evaluations: int, problems: tuple[LatencyProblem, ...] = PROBLEMS
+    base: str,
+    seeds: int,
+    evaluations: int,
+    problems: tuple[LatencyProblem, ...] = PROBLEMS,
+    modes: tuple[str, ...] = MODES,
 ) -> list[LatencyRun]:
-    """Every (problem, seed) with the pool and without, one run at a time."""
+    """Every (problem, seed) in each mode (with the pool and without), one run at a time."""
     runs = []
     for problem in problems:
         warm_up(base, problem)
         for seed in range(seeds):
-            for mode in MODES:
+            for mode in modes:
                 run = pool_run(base, problem, mode, seed, evaluations)
                 log(
                     f"{problem.key} {mode} seed {seed}: {run.seconds:.1f} s, ask p99 "
@@ -282,7 +286,7 @@ def pool_part(res: Resources, bench: Bench, args: argparse.Namespace) -> dict[st
         f"per evaluation, {evaluations} evaluations, {seeds} seed(s)"
     )
     with server(res, f"sqlite:///{res.tmp / 'pool.db'}", "pool", 1) as base:
-        runs = pool_runs(base, seeds, evaluations, problems)
+        runs = pool_runs(base, seeds, evaluations, problems, tuple(args.modes.split(",")))
     summary = pool_summary(runs, problems)
     print_pool_table(summary, problems)
     print()
@@ -410,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, help=f"part 1: seeds (default {SEEDS})")
     parser.add_argument("--evaluations", type=int, help=f"part 1: per run ({EVALUATIONS})")
     parser.add_argument("--engines", default="gp,pom", help="part 1: of gp, pom (default both)")
+    parser.add_argument(
+        "--modes", default="pool,inline", help="part 1: of pool, inline (default both)"
+    )
     args = parser.parse_args(argv)
     bench = Bench("latency", args.quick, CODE_PATHS)
     bench.header(f"part {args.part}")

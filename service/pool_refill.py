@@ -4,9 +4,10 @@ After each tell, and after each ask, of a study whose engine is pooled, the serv
 refill of the study's pool. A refill runs in a background thread and takes the locks an ask
 that runs the engine takes (the study's in-process lock, the PostgreSQL advisory lock), so
 engine-state updates stay serialized. It reads the history with the trials waiting or running
-as pending, has the engine compute a batch (twice the running trials, plus two; at most
-``suggestion_pool.MAX_BATCH``: the pool lasts while the next refill computes) through the
-ask's engine call (``service.suggest``: in an engine process, within the server's time budget;
+as pending, has the engine compute a batch (``batch_size``: twice the running trials, plus two,
+at most ``suggestion_pool.MAX_BATCH``; more when trials finish faster than that while a refill
+computes; so the pool lasts while the next refill computes) through the ask's engine call
+(``suggest_ahead``; ``service.suggest``: in an engine process, within the server's time budget;
 an abandoned call stores nothing), and in one write transaction replaces the pool and stores
 the engine state, if no ask ran the engine meanwhile
 (``ask_count`` unchanged; else it computes again).
@@ -24,16 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection, Row
 
 from engines.base import History, Proposal
+from engines.limits import max_count
 from service import suggestion_pool
 from service.ask import (
     _ASK_LOCK,
@@ -70,6 +74,16 @@ _STUDY_AFTER_REFILL = (
 )
 
 
+@dataclass(frozen=True)
+class Pace:
+    """What a study's last stored refill saw: when it read the history (``time.monotonic``),
+    how many trials had finished then, and how many seconds it took to compute and store."""
+
+    read_at: float
+    finished: int
+    seconds: float
+
+
 class PoolRefiller:
     """The refills of one process: a thread pool, and which studies are refilling."""
 
@@ -82,6 +96,8 @@ class PoolRefiller:
         self._again: set[int] = set()
         #: Refills ended in this process, of any study: a count that only grows.
         self._ended = 0
+        #: Each study's last stored refill in this process (a few numbers per study).
+        self._paces: dict[int, Pace] = {}
         #: Futures of the asks waiting for a study's next refill to end, with their loops.
         self._waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
 
@@ -125,7 +141,9 @@ class PoolRefiller:
     def _run(self, tenant_id: int, study_id: int) -> None:
         while True:
             try:
-                refill(self._store, tenant_id, study_id)
+                pace = refill(self._store, tenant_id, study_id, self._paces.get(study_id))
+                if pace is not None:
+                    self._paces[study_id] = pace
             except Exception:  # the next tell asks again; the asks compute inline meanwhile
                 log.exception("refilling the suggestion pool of study %d failed", study_id)
             with self._guard:
@@ -148,16 +166,20 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def refill(store: Store, tenant_id: int, study_id: int) -> bool:
-    """Compute and store the study's next pool; False when there is none to compute (study
-    not active or deleted, ``max_staleness`` 0) or asks kept running the engine meanwhile."""
+def refill(store: Store, tenant_id: int, study_id: int, last: Pace | None = None) -> Pace | None:
+    """Compute and store the study's next pool, sized by ``last``, the study's previous refill
+    (``batch_size``); returns this refill's ``Pace``, or None when there is none to compute
+    (study not active or deleted, ``max_staleness`` 0) or asks kept running the engine."""
     parsed = store.parsed_study_for(study_id)
     with store.study_lock(study_id), store.db.advisory_lock(_ASK_LOCK, study_id):
         for attempt in range(_ATTEMPTS):
+            read_at = time.monotonic()
             snap = store.db.read(lambda c: _snapshot(c, store, tenant_id, study_id, parsed))
             if snap is None:
-                return False
-            study, history, size = snap
+                return None
+            study, history, running = snap
+            finished = history.n + len(history.X_failed)
+            size = batch_size(parsed, running, finished, read_at, last)
             # In an engine process, within the server's time budget, as an ask's engine call.
             proposal = suggest(
                 parsed,
@@ -169,7 +191,7 @@ def refill(store: Store, tenant_id: int, study_id: int) -> bool:
                 ahead=True,
             )
             if any("time_budget_seconds" in detail for detail in proposal.details):
-                return False  # abandoned (``suggest.fallback``): Sobol points are no batch
+                return None  # abandoned (``suggest.fallback``): Sobol points are no batch
 
             def store_batch(
                 c: Connection,
@@ -185,19 +207,36 @@ def refill(store: Store, tenant_id: int, study_id: int) -> bool:
                 time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
                 continue
             except ApiError:  # deleted, paused or completed meanwhile
-                return False
-            return True
+                return None
+            return Pace(read_at, finished, time.monotonic() - read_at)
     log.warning(
         "study %d: no refill stored after %d attempts; the next tell asks again",
         study_id,
         _ATTEMPTS,
     )
-    return False
+    return None
+
+
+def batch_size(
+    parsed: ParsedStudy, running: int, finished: int, now: float, last: Pace | None
+) -> int:
+    """The points a refill computes: twice what the running workers and one more would ask
+    for (at most ``suggestion_pool.MAX_BATCH``), or, when more trials finish while a refill
+    computes, twice the trials that finished during the last one at the pace they finished
+    since it, so the batch lasts while the next refill computes (the next may start up to one
+    refill late); at most what the engine allows in one ask."""
+    size = min(2 * (running + 1), suggestion_pool.MAX_BATCH)
+    if last is not None and now > last.read_at:
+        rate = (finished - last.finished) / (now - last.read_at)
+        size = max(size, math.ceil(2 * rate * last.seconds))
+    return min(size, max_count(parsed.engine.limits, parsed.problem.d))
 
 
 def _snapshot(
     conn: Connection, store: Store, tenant_id: int, study_id: int, parsed: ParsedStudy
 ) -> tuple[Row, History, int] | None:
+    """The study, its history with the waiting and running trials pending, and how many run;
+    None when no pool is to be computed."""
     try:
         study = find_study(conn, tenant_id, study_id, require_active=True, columns=_STUDY_COLUMNS)
     except ApiError:
@@ -207,8 +246,7 @@ def _snapshot(
     pending = conn.execute(_PENDING, {"study_id": study_id}).all()
     X_pending = stack_points([r.x for r in pending], parsed.problem.d)
     running = sum(r.state == "running" for r in pending)
-    size = min(2 * (running + 1), suggestion_pool.MAX_BATCH)
-    return study, load_history(conn, study_id, parsed, X_pending, store.history), size
+    return study, load_history(conn, study_id, parsed, X_pending, store.history), running
 
 
 def _store(

@@ -36,7 +36,8 @@ suggestions_t = Suggestion.__table__
 
 #: A refill computes twice the points the running workers and one more would ask for (with
 #: one round's worth, the asks drained the pool before the next refill ended: bench/latency.py
-#: part 1), at most this many: a batch's cost grows with its size, and its points age.
+#: part 1), at most this many: a batch's cost grows with its size, and its points age. More
+#: when trials finish faster than that while a refill computes (``pool_refill.batch_size``).
 MAX_BATCH = 8
 
 #: Two points of the unit cube closer than this in every coordinate are the same point.

@@ -5,7 +5,7 @@ an ask that ran the engine empties the pool.
 
 The refills run when the test says (``refill``): the app's background refiller is replaced by a
 recorder of the refills it would have asked. ``gp`` on two parameters proposes its first five
-points from its Sobol stream, so no model is fitted here."""
+points from its Sobol stream, so no model is fitted except where a test tells more trials."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from sqlalchemy import select
 from service import pool_refill
 from service.app import create_app
 from service.db.models import DEFAULT_TENANT_ID
-from service.pool_refill import refill
+from service.pool_refill import Pace, batch_size, refill
 from service.settings import Settings
 from service.store import Store
 from service.suggestion_pool import serve, suggestions_t
@@ -160,6 +160,28 @@ def test_a_gp_refill_past_the_initial_design_adds_thompson_samples(pooled):
     assert "pool" not in inline["details"] and inline["details"]["acquisition"] == "qLogNEI"
 
 
+def test_a_refill_computes_more_points_when_trials_finish_faster_than_it_computes(pooled):
+    http = pooled
+    sid = _study(http)
+    parsed = http.store.parsed_study_for(sid)
+    now = time.monotonic()
+    # Twice the running workers and one more, at most MAX_BATCH, without a previous refill.
+    assert batch_size(parsed, 0, 0, now, None) == 2
+    assert batch_size(parsed, 9, 0, now, None) == 8
+    # Three trials finished in the second since the last refill, which took 1.5 s: nine will
+    # finish while the next computes, twice that covers a late start; gp allows 10 per ask.
+    last = Pace(read_at=now - 1.0, finished=4, seconds=1.5)
+    assert batch_size(parsed, 1, 7, now, last) == 9
+    assert batch_size(parsed, 1, 14, now, last) == 10
+    assert batch_size(parsed, 1, 4, now, last) == 4  # none finished: the workers' rule
+    for _ in range(3):
+        (trial,) = _ask(http, sid)
+        _tell(http, sid, trial)
+    stored = refill(http.store, DEFAULT_TENANT_ID, sid, Pace(time.monotonic() - 1.0, 0, 2.0))
+    assert stored is not None and stored.finished == 3 and stored.seconds > 0
+    assert {size for _, _, size in _pool(http, sid)} == {10}  # 2 x 3 / s x 2 s, at most 10
+
+
 def test_max_staleness_zero_never_serves_from_the_pool(pooled):
     http = pooled
     sid = _study(http)
@@ -196,11 +218,11 @@ def test_refills_of_a_study_run_one_at_a_time_and_once_more_after_a_request_mean
 ):
     started, release, runs = threading.Event(), threading.Event(), []
 
-    def slow_refill(store, tenant_id, study_id):
-        runs.append(study_id)
+    def slow_refill(store, tenant_id, study_id, last):
+        runs.append((study_id, last))
         started.set()
         release.wait(timeout=10)
-        return True
+        return Pace(read_at=float(len(runs)), finished=0, seconds=1.0)
 
     monkeypatch.setattr(pool_refill, "refill", slow_refill)
     refiller = pool_refill.PoolRefiller(store=None)  # type: ignore[arg-type]
@@ -211,7 +233,8 @@ def test_refills_of_a_study_run_one_at_a_time_and_once_more_after_a_request_mean
         refiller.request(DEFAULT_TENANT_ID, 7)
     release.set()
     refiller.stop()
-    assert runs == [7, 7]
+    # The second run is sized by the first's pace.
+    assert runs == [(7, None), (7, Pace(1.0, 0, 1.0))]
     assert refiller.ended() == 2
 
 
@@ -235,9 +258,8 @@ def test_a_waiter_misses_no_refill_end():
         missed = refiller.waiter(7, seen)
         assert missed is not None and missed.done()
 
-    def slow_refill(store, tenant_id, study_id):
+    def slow_refill(store, tenant_id, study_id, last):
         release.wait(timeout=10)
-        return True
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pool_refill, "refill", slow_refill)
@@ -271,9 +293,9 @@ def slow_refills(pooled, monkeypatch):
     http = pooled
     delay, release, refill_now = [0.3], threading.Event(), pool_refill.refill
 
-    def late_refill(store, tenant_id, study_id):
+    def late_refill(store, tenant_id, study_id, last):
         release.wait(timeout=delay[0])
-        return refill_now(store, tenant_id, study_id)
+        return refill_now(store, tenant_id, study_id, last)
 
     monkeypatch.setattr(pool_refill, "refill", late_refill)
     refiller = pool_refill.PoolRefiller(http.store)
@@ -326,10 +348,9 @@ def test_refills_of_other_studies_do_not_keep_an_ask_past_its_budget(pooled, mon
     sid = _study(http, ask_time_budget=0.4)
     other, release = sid + 1000, threading.Event()
 
-    def fake_refill(store, tenant_id, study_id):
+    def fake_refill(store, tenant_id, study_id, last):
         if study_id == sid:
             release.wait(timeout=10)
-        return True
 
     monkeypatch.setattr(pool_refill, "refill", fake_refill)
     refiller = pool_refill.PoolRefiller(http.store)
