@@ -7,7 +7,10 @@ BraninCurrin (d = 2, two objectives, reference point (18, 6), maximum hypervolum
 each (problem, seed) on new studies. Four worker threads ask for one trial, evaluate it for
 0.5 s (a sleep, then the function), and tell it, until 60 evaluations were asked; 5 seeds.
 Each (problem, seed) runs twice: with the pool (``max_staleness`` default, one batch's worth)
-and without (``max_staleness`` 0: every ask runs the engine, the behaviour before the pool).
+and without (``max_staleness`` 0: every ask runs the engine, the behaviour before the pool),
+``--modes`` choosing; each run starts 5 s after the previous one ended, so that the refills
+its last tells asked for have ended (they would hold the engine process the new study's
+first asks need).
 Reported per problem and mode:
 
 - p50 and p99 of the ask latency seen by the workers (HTTP round trip included, all seeds
@@ -66,6 +69,8 @@ SEEDS = 5
 QUICK_EVALUATIONS = 16
 QUICK_SEEDS = 1
 MODES = ("pool", "inline")
+#: Seconds between two runs of part 1: longer than a refill of either engine here.
+SETTLE_SECONDS = 5.0
 #: Figures of the problems (BoTorch's ``Hartmann(dim=6).optimal_value``,
 #: ``BraninCurrin.ref_point`` and ``_max_hv``).
 HARTMANN_OPTIMUM = -3.32237
@@ -213,6 +218,9 @@ def pool_runs(
         warm_up(base, problem)
         for seed in range(seeds):
             for mode in modes:
+                # The previous run's last refills end first: its study's background work
+                # would delay this study's first asks, which the engine processes serve too.
+                time.sleep(SETTLE_SECONDS)
                 run = pool_run(base, problem, mode, seed, evaluations)
                 log(
                     f"{problem.key} {mode} seed {seed}: {run.seconds:.1f} s, ask p99 "
