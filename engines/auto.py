@@ -163,6 +163,23 @@ class AutoEngine(ModelBasedEngine):
     def suggest(
         self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal:
+        return self._delegate(problem, history, count, state, rng, ahead=False)
+
+    def suggest_ahead(
+        self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
+    ) -> Proposal:
+        """Points for the suggestion pool: the chosen engine's ``suggest_ahead``."""
+        return self._delegate(problem, history, count, state, rng, ahead=True)
+
+    def _delegate(
+        self,
+        problem: Problem,
+        history: History,
+        count: int,
+        state: JSON,
+        rng: np.random.Generator,
+        ahead: bool,
+    ) -> Proposal:
         st = _parse(state)
         choice = self.choose(problem, history.n)
         switches = list(st["switches"])
@@ -170,7 +187,10 @@ class AutoEngine(ModelBasedEngine):
             switches.append({"at": history.n, "from": st["engine"], "to": choice.name})
         engines: dict[str, Any] = dict(st["engines"])
         delegate = make_engine(choice.name, self._options(choice.name))
-        proposal = delegate.suggest(problem, history, count, engines.get(choice.name, {}), rng)
+        ask = delegate.suggest
+        if ahead and isinstance(delegate, ModelBasedEngine):  # ``random`` has no model
+            ask = delegate.suggest_ahead
+        proposal = ask(problem, history, count, engines.get(choice.name, {}), rng)
         engines[choice.name] = proposal.state
         mark = {"engine": choice.name, "rule": choice.rule, "reason": choice.reason}
         details = list(proposal.details) or [{} for _ in range(len(proposal.X))]

@@ -255,6 +255,8 @@ class SamplePaths:
         if not all(_plain_rbf(m) for m in models):
             raise TypeError("SamplePaths needs one-output RBF GPs as fit_gp fits them")
         X = models[0].train_inputs[0]
+        if any(not torch.equal(m.train_inputs[0], X) for m in models):
+            raise ValueError("SamplePaths needs GPs fitted on the same inputs")
         G, n, d = len(models), X.shape[0], X.shape[-1]
         dtype = X.dtype
         # Fixed functions: no graph to the GPs' hyperparameters.
@@ -276,7 +278,7 @@ class SamplePaths:
         errors = noise.sqrt()[:, None, None] * torch.randn(G, S, n, dtype=dtype)
         residual = targets - self.constant[:, None, None] - self._prior(self.Z_train) - errors
         solved = torch.cholesky_solve(residual.transpose(1, 2), psd_safe_cholesky(K))  # (G, n, S)
-        self.update = solved.transpose(1, 2)[..., None]  # (G, S, n, 1)
+        self.update = solved  # (G, n, S)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``(S, N, G)``: every path at ``x``, ``(N, d)`` or, one set per path, ``(S, N, d)``;
@@ -288,9 +290,15 @@ class SamplePaths:
         parts = []
         for Zc in torch.split(Z, chunk, dim=2):
             kernel = _rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
-            parts.append(self._prior(Zc) + (kernel @ self.update)[..., 0])
+            parts.append(self._prior(Zc) + self._update(kernel))
         values = self.constant[:, None, None] + torch.cat(parts, dim=2)  # (G, S, N)
         return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
+
+    def _update(self, kernel: torch.Tensor) -> torch.Tensor:
+        """``(G, S, N)``: ``k(x, X) (K + s2 I)^-1 (...)`` from ``kernel: (G, S or 1, N, n)``."""
+        if kernel.shape[1] == 1:  # the same points for every path: no copy of the kernel per path
+            return (kernel[:, 0] @ self.update).transpose(1, 2)
+        return (kernel @ self.update.transpose(1, 2)[..., None])[..., 0]
 
     def _prior(self, Z: torch.Tensor) -> torch.Tensor:
         """``(G, S, N)``: the prior samples ``g`` at ``Z: (G, S or 1, N, d)`` (scaled inputs)."""
@@ -344,7 +352,11 @@ def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np
         bounds=box,
         options={"maxiter": _TS_MAXITER},
     )
-    return np.clip(result.x.reshape(count, d), lower.numpy(), upper.numpy())
+    refined = torch.as_tensor(result.x.reshape(count, d))
+    # One line search for all paths: keep a path's start where its own value went down.
+    with torch.no_grad():
+        better = paths(refined[:, None])[:, 0, 0] >= paths(starts[:, None])[:, 0, 0]
+    return torch.where(better[:, None], refined, starts).numpy()
 
 
 def _raw_targets(model: SingleTaskGP) -> torch.Tensor:

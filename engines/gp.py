@@ -30,8 +30,8 @@ log-normal prior [Hvarfner2024vanilla], inferred noise, standardized outcomes). 
   later to workers that arrive while other trials finish), one objective, no outcome
   constraint, no categorical coordinate: asynchronous parallel Thompson sampling
   [Kandasamy2018pts]. Each point maximizes its own posterior sample path ``f^(s)``, drawn by
-  pathwise conditioning [Wilson2020pathwise]: ``f^(s)(x) = g(x) + k(x, X) (K + s2 I)^-1
-  (y - g(X) - e)``, ``g`` a prior sample from random Fourier features, ``e ~ N(0, s2 I)``.
+  pathwise conditioning [Wilson2020pathwise]: ``f^(s)(x) = m + g(x) + k(x, X) (K + s2 I)^-1
+  (y - m - g(X) - e)``, ``g`` a prior sample from random Fourier features, ``e ~ N(0, s2 I)``.
   The pending trials are not conditioned on: the samples' randomness spreads the batch.
 
 Our design (reasons in docs/engines/gp.md):
@@ -46,8 +46,9 @@ Our design (reasons in docs/engines/gp.md):
   nadir of the feasible observed front moved back by 10 % of its range. Non-finite objective
   values count as the worst finite one, non-finite constraint values as violated.
 - Thompson sampling for the pool's points: a batch of ``q`` points costs one fit and ``q``
-  cheap path maximizations instead of ``q`` greedy qLogNEI optimizations (0.2-0.3 s for 8
-  points at 60 trials against about 2 s), so the pool keeps up with several workers; each
+  cheap path maximizations instead of ``q`` greedy qLogNEI optimizations (0.15-0.2 s for 8
+  points at 10-60 trials on Hartmann-6 against about 2 s; docs/engines/gp.md), so the pool
+  keeps up with several workers; each
   path's maximizer is the best of 2,048 candidates (half Sobol, half around the best
   observed points) refined by L-BFGS-B.
 - Duplicates are replaced by fresh Sobol points; a numerical failure falls back to Sobol

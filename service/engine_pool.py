@@ -29,11 +29,11 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from engines.base import JSON, Engine, History, Problem, Proposal
+from engines.base import JSON, Engine, History, ModelBasedEngine, Problem, Proposal
 from engines.registry import engine_modules
 
 log = logging.getLogger("asktell.engine_pool")
@@ -91,8 +91,9 @@ def run_call(call: EngineCall) -> tuple[Proposal, float]:
     start = time.perf_counter()
     one_torch_thread()
     try:
-        # Only model-based engines are pooled (``suggestion_pool.pools``): they have it.
-        suggest = call.engine.suggest_ahead if call.ahead else call.engine.suggest
+        suggest = call.engine.suggest
+        if call.ahead:  # only model-based engines are pooled (``suggestion_pool.pools``)
+            suggest = cast(ModelBasedEngine, call.engine).suggest_ahead
         proposal = suggest(call.problem, call.history, call.count, call.state, rng)
     finally:
         one_torch_thread()

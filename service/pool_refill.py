@@ -37,7 +37,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection, Row
 
 from engines.base import History, Proposal
-from engines.limits import max_count
+from engines.limits import engine_limits, max_count
 from service import suggestion_pool
 from service.ask import (
     _ASK_LOCK,
@@ -58,6 +58,9 @@ REFILL_THREADS = 2
 #: Computations a refill tries before giving up when asks or other processes' refills keep
 #: storing an engine state meanwhile (SQLite served by several processes has no shared lock).
 _ATTEMPTS = 12
+#: Studies whose last refill's pace a process keeps (a refill without one sizes its batch by
+#: the running workers only).
+_PACES_KEPT = 1024
 
 _PENDING = select(trials_t.c.x, trials_t.c.state).where(
     trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES)
@@ -140,10 +143,12 @@ class PoolRefiller:
 
     def _run(self, tenant_id: int, study_id: int) -> None:
         while True:
+            with self._guard:
+                last = self._paces.get(study_id)
             try:
-                pace = refill(self._store, tenant_id, study_id, self._paces.get(study_id))
+                pace = refill(self._store, tenant_id, study_id, last)
                 if pace is not None:
-                    self._paces[study_id] = pace
+                    self._remember(study_id, pace)
             except Exception:  # the next tell asks again; the asks compute inline meanwhile
                 log.exception("refilling the suggestion pool of study %d failed", study_id)
             with self._guard:
@@ -155,6 +160,13 @@ class PoolRefiller:
                     self._running.discard(study_id)
                     return
                 self._again.discard(study_id)
+
+    def _remember(self, study_id: int, pace: Pace) -> None:
+        with self._guard:
+            self._paces.pop(study_id, None)
+            self._paces[study_id] = pace  # the most recent last: the oldest go first
+            while len(self._paces) > _PACES_KEPT:
+                del self._paces[next(iter(self._paces))]
 
     def stop(self) -> None:
         """Drop the refills not started and wait for the running ones."""
@@ -224,12 +236,14 @@ def batch_size(
     for (at most ``suggestion_pool.MAX_BATCH``), or, when more trials finish while a refill
     computes, twice the trials that finished during the last one at the pace they finished
     since it, so the batch lasts while the next refill computes (the next may start up to one
-    refill late); at most what the engine allows in one ask."""
+    refill late); at most ``suggestion_pool.MAX_PACED_BATCH`` (a batch whose cost grows with
+    its size would otherwise grow to the cap) and what the engine allows in one ask."""
     size = min(2 * (running + 1), suggestion_pool.MAX_BATCH)
     if last is not None and now > last.read_at:
         rate = (finished - last.finished) / (now - last.read_at)
-        size = max(size, math.ceil(2 * rate * last.seconds))
-    return min(size, max_count(parsed.engine.limits, parsed.problem.d))
+        paced = min(math.ceil(2 * rate * last.seconds), suggestion_pool.MAX_PACED_BATCH)
+        size = max(size, paced)
+    return min(size, max_count(engine_limits(parsed.engine, parsed.problem), parsed.problem.d))
 
 
 def _snapshot(

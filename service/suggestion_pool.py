@@ -39,6 +39,8 @@ suggestions_t = Suggestion.__table__
 #: part 1), at most this many: a batch's cost grows with its size, and its points age. More
 #: when trials finish faster than that while a refill computes (``pool_refill.batch_size``).
 MAX_BATCH = 8
+#: The most points a refill computes at the pace of the tells: its points age while they wait.
+MAX_PACED_BATCH = 32
 
 #: Two points of the unit cube closer than this in every coordinate are the same point.
 SAME_POINT = 1e-9

@@ -160,6 +160,20 @@ def test_a_gp_refill_past_the_initial_design_adds_thompson_samples(pooled):
     assert "pool" not in inline["details"] and inline["details"]["acquisition"] == "qLogNEI"
 
 
+def test_an_auto_study_refills_with_its_chosen_engines_points_ahead(pooled):
+    http = pooled
+    r = http.post("/v1/studies", json=study_body(engine={"name": "auto"}, seed=3))
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    for _ in range(6):  # past gp's 2 d + 1 Sobol points
+        (trial,) = _ask(http, sid)
+        _tell(http, sid, trial)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid)
+    (served,) = _ask(http, sid)
+    assert "pool" in served["details"] and served["details"]["auto"]["engine"] == "gp"
+    assert served["details"]["acquisition"] == "thompson"
+
+
 def test_a_refill_computes_more_points_when_trials_finish_faster_than_it_computes(pooled):
     http = pooled
     sid = _study(http)
