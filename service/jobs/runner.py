@@ -43,7 +43,7 @@ from service.jobs.executors import LocalWorker, RayWorker, WorkerProcess
 from service.jobs.jobs import jobs_t
 from service.jobs.worker import EXIT_DONE, EXIT_STOPPED
 from service.settings import Settings
-from service.store import Store, trials_t, utcnow
+from service.store import Store, studies_t, trials_t, utcnow
 
 log = logging.getLogger("asktell.jobs")
 
@@ -398,6 +398,9 @@ class JobRunner:
         self._revoke_worker_key(job)
         if state != "succeeded":
             try:
+                # Paused first: an ask a stopped worker sent just before it stopped can still
+                # be committing, and would hand out a unit after the running ones were failed.
+                self._pause_study(job)
                 self._fail_running_units(job, f"the job was {state}")
             except Exception:  # the job must still end; the units' leases lapse anyway
                 log.exception("job %d: failing its running units failed", job.id)
@@ -426,6 +429,15 @@ class JobRunner:
         log.info("job %d: %s", job.id, state)
         for path in (Path(self.artifacts.root) / LOG_FOLDER).glob(f"job-{job.id}-*.log"):
             path.unlink(missing_ok=True)  # also those of the job's earlier runners
+
+    def _pause_study(self, job: RunningJob) -> None:
+        """No more units from the job's study (resuming it by hand continues it)."""
+        pause = (
+            update(studies_t)
+            .where(studies_t.c.id == job.study_id, studies_t.c.state == "active")
+            .values(state="paused", revision=studies_t.c.revision + 1, updated_at=utcnow())
+        )
+        self.store.db.write(lambda c: c.execute(pause))
 
     def _fail_running_units(self, job: RunningJob, reason: str) -> None:
         """The units the stopped workers held end failed now, instead of showing as running

@@ -246,6 +246,7 @@ def test_cancel_stops_the_workers_within_seconds(start_server, tmp_path: Path) -
         assert info.finished_at is not None and info.result is None
         # The unit a stopped worker held ends failed, not running until its lease lapses.
         study = client.get_study(info.study_id)
+        assert study.info.state == "paused"  # no late ask of a stopped worker gets a unit
         assert not list(study.trials(states=["running"]))
         failed = list(study.trials(states=["failed"]))
         assert all(t.reason == "the job was cancelled" for t in failed)
