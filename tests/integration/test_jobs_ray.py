@@ -101,6 +101,9 @@ def test_a_killed_ray_worker_costs_only_its_unit(start_server, tmp_path):
             workers = wait_until("Ray job workers", ray_job_workers, server, 60)
             victim, pid = sorted(workers.items())[0]
             os.kill(pid, signal.SIGSTOP)
+            # A tell it sent just before it stopped is still being answered: let it land, or
+            # its unit would look held and then complete without being served again.
+            time.sleep(0.5)
             held = [t.number for t in study.trials(states=["running"]) if t.worker_id == victim]
             if held:
                 break
