@@ -223,16 +223,23 @@ def joint_model(models: list[SingleTaskGP]) -> Model:
     X = models[0].train_inputs[0]
     Y = torch.stack([_raw_targets(m) for m in models], dim=-1)
     joint = SingleTaskGP(X, Y, outcome_transform=Standardize(m=len(models)))
+    lengthscale, noise, constant = _stacked_hyperparameters(models)
     with torch.no_grad():
-        shape = joint.covar_module.lengthscale.shape
-        joint.covar_module.lengthscale = torch.stack(
-            [m.covar_module.lengthscale.reshape(-1) for m in models]
-        ).reshape(shape)
-        noise = torch.stack([m.likelihood.noise.reshape(()) for m in models])
+        joint.covar_module.lengthscale = lengthscale.reshape(joint.covar_module.lengthscale.shape)
         joint.likelihood.noise = noise.reshape(joint.likelihood.noise.shape)
-        constant = torch.stack([m.mean_module.constant.reshape(()) for m in models])
         joint.mean_module.constant.copy_(constant.reshape(joint.mean_module.constant.shape))
     return joint.eval()
+
+
+def _stacked_hyperparameters(
+    models: list[SingleTaskGP],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Lengthscales ``(G, d)``, noises ``(G,)`` and mean constants ``(G,)`` of one-output RBF
+    GPs, detached from their parameters."""
+    lengthscale = torch.stack([m.covar_module.lengthscale.detach().reshape(-1) for m in models])
+    noise = torch.stack([m.likelihood.noise.detach().reshape(()) for m in models])
+    constant = torch.stack([m.mean_module.constant.detach().reshape(()) for m in models])
+    return lengthscale, noise, constant
 
 
 class SamplePaths:
@@ -260,9 +267,7 @@ class SamplePaths:
         G, n, d = len(models), X.shape[0], X.shape[-1]
         dtype = X.dtype
         # Fixed functions: no graph to the GPs' hyperparameters.
-        lengthscales = [m.covar_module.lengthscale.detach().reshape(d) for m in models]
-        self.lengthscale = torch.stack(lengthscales)
-        self.constant = torch.stack([m.mean_module.constant.detach().reshape(()) for m in models])
+        self.lengthscale, noise, self.constant = _stacked_hyperparameters(models)
         transforms: list[Standardize] = [m.outcome_transform for m in models]  # type: ignore[misc]
         self.y_mean = torch.stack([t.means.reshape(()) for t in transforms])
         self.y_std = torch.stack([t.stdvs.reshape(()) for t in transforms])
@@ -270,7 +275,6 @@ class SamplePaths:
         self.phase = 2 * math.pi * torch.rand(G, 1, 1, num_features, dtype=dtype)
         self.weight = math.sqrt(2 / num_features) * torch.randn(G, S, num_features, dtype=dtype)
         self.Z_train = (X / self.lengthscale[:, None, :])[:, None]  # (G, 1, n, d)
-        noise = torch.stack([m.likelihood.noise.detach().reshape(()) for m in models])  # (G,)
         K = _rbf(self.Z_train, self.Z_train)[:, 0] + noise[:, None, None] * torch.eye(
             n, dtype=dtype
         )
@@ -333,7 +337,8 @@ def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np
     candidates = torch.maximum(torch.minimum(candidates, upper), lower)
     paths = SamplePaths([model], count, _TS_FEATURES)
     with torch.no_grad():
-        starts = candidates[paths(candidates)[..., 0].argmax(dim=-1)]  # (count, d)
+        start_values, best = paths(candidates)[..., 0].max(dim=-1)
+    starts = candidates[best]  # (count, d)
 
     def negated_sum(z: np.ndarray) -> tuple[float, np.ndarray]:
         # The paths are independent: one sum, each point's gradient is its own path's.
@@ -355,7 +360,7 @@ def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np
     refined = torch.as_tensor(result.x.reshape(count, d))
     # One line search for all paths: keep a path's start where its own value went down.
     with torch.no_grad():
-        better = paths(refined[:, None])[:, 0, 0] >= paths(starts[:, None])[:, 0, 0]
+        better = paths(refined[:, None])[:, 0, 0] >= start_values
     return torch.where(better[:, None], refined, starts).numpy()
 
 
