@@ -85,7 +85,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.objective import IdentityMCMultiOutputObjective
@@ -289,7 +288,7 @@ def _acquisition(
     if m == 1 and k == 0 and count == 1 and pending is None:
         with torch.no_grad():
             best_f = models[0].posterior(tX).mean.max()
-        return LogExpectedImprovement(model, best_f=best_f), "LogEI"
+        return bo.log_expected_improvement(models[0], best_f), "LogEI"
     common: dict[str, Any] = {
         "X_baseline": tX,
         "constraints": [_column(m + i) for i in range(k)] or None,

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
@@ -19,6 +20,7 @@ from engines.bo import (
     failure,
     fit_gp,
     joint_model,
+    log_expected_improvement,
     needs_python_random,
     reference_point,
     replace_duplicates,
@@ -297,6 +299,30 @@ def test_sample_paths_per_path_points_and_gradient():
         with torch.no_grad():
             numeric = (paths(points + step)[..., 1] - paths(points - step)[..., 1]) / (2 * h)
         np.testing.assert_allclose(grad[..., j], numeric, rtol=1e-5, atol=1e-6)
+
+
+def test_fast_log_ei_equals_botorchs_log_ei_and_its_gradient():
+    model = _two_gps()[1]
+    best_f = model.posterior(model.train_inputs[0]).mean.max().detach()
+    fast = log_expected_improvement(model, best_f)
+    assert type(fast) is not LogExpectedImprovement  # the moments written out
+    reference = LogExpectedImprovement(model, best_f=best_f)
+    # Near the data (small variance), far from it, and at a training point.
+    X = torch.cat([torch.rand(64, 1, 3, dtype=torch.float64), model.train_inputs[0][:2, None]])
+    X[:8] += 2.0
+    x1, x2 = X.clone().requires_grad_(True), X.clone().requires_grad_(True)
+    ours, theirs = fast(x1), reference(x2)
+    np.testing.assert_allclose(ours.detach(), theirs.detach(), rtol=1e-6, atol=1e-8)
+    ours.sum().backward()
+    theirs.sum().backward()
+    np.testing.assert_allclose(x1.grad, x2.grad, rtol=1e-5, atol=1e-8)
+
+
+def test_log_ei_of_a_mixed_gp_is_botorchs():
+    X = torch.as_tensor(np.random.default_rng(0).random((10, 2)))
+    X[:, 1] = (X[:, 1] > 0.5).double()
+    model = fit_gp(X, X[:, 0].numpy(), [1])
+    assert type(log_expected_improvement(model, torch.tensor(0.5))) is LogExpectedImprovement
 
 
 def test_sample_paths_refuse_a_mixed_gp():
