@@ -34,7 +34,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -201,17 +201,33 @@ def exact_mll_loss(model: SingleTaskGP) -> torch.Tensor:
     square.fill_diagonal_(0.0)
     K = torch.exp(-0.5 * square)
     K = K + model.likelihood.noise * torch.eye(len(X), dtype=X.dtype)
-    L = psd_safe_cholesky(K)
-    a = torch.linalg.solve_triangular(
-        L, (y - model.mean_module.constant).unsqueeze(-1), upper=False
-    )
     n = len(X)
-    log_likelihood = -0.5 * (a * a).sum() - torch.diagonal(L).log().sum()
+    log_likelihood = _GaussianLogDensity.apply(K, y - model.mean_module.constant)
     log_likelihood = log_likelihood - 0.5 * n * math.log(2 * math.pi)
     priors = model.named_priors()  # type: ignore[operator]  # (nn.Module's __getattr__ typing)
     for _, module, prior, value_of, _ in priors:
         log_likelihood = log_likelihood + prior.log_prob(value_of(module)).sum()
     return -log_likelihood / n
+
+
+class _GaussianLogDensity(torch.autograd.Function):
+    """``-r^T K^-1 r / 2 - log|K| / 2`` with its gradient in closed form,
+    ``dK = (alpha alpha^T - K^-1) / 2``, ``dr = -alpha``, ``alpha = K^-1 r``: one inverse from
+    the Cholesky factor, where autograd would differentiate through the factorization and the
+    triangular solve (most of a fit's time at a few hundred trials)."""
+
+    @staticmethod
+    def forward(ctx: Any, K: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        L = psd_safe_cholesky(K)
+        alpha = torch.cholesky_solve(r.unsqueeze(-1), L).squeeze(-1)
+        ctx.save_for_backward(L, alpha)
+        return -0.5 * (r * alpha).sum() - torch.diagonal(L).log().sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        L, alpha = ctx.saved_tensors
+        dK = 0.5 * (torch.outer(alpha, alpha) - torch.cholesky_inverse(L))
+        return grad * dK, -grad * alpha
 
 
 def joint_model(models: list[SingleTaskGP]) -> Model:
