@@ -16,8 +16,9 @@
 - ``log_expected_improvement``: BoTorch's analytic LogEI, reading the posterior of a GP
   ``fit_gp`` fitted without categorical coordinates from ``engines.local_gp.LocalGP``, which
   writes it out in torch (fewer operations per evaluation than gpytorch's modules).
-- ``thompson_points``: the maximizers of posterior sample paths of one GP (batch Thompson
-  sampling), for points computed ahead of the asks (``GPEngine.suggest_ahead``).
+- ``plain_rbf``, ``stacked_hyperparameters``: which GPs have the posterior that the modules
+  writing it out in torch assume (``exact_mll_loss``, ``engines.sample_paths``), and their
+  hyperparameters.
 - ``lengthscales``: a fitted GP's lengthscale per input coordinate, for the trials' details.
 - ``seeded``: run with torch (and optionally Python's ``random``) seeded, under one lock.
 - ``reference_point``: the hypervolume reference point for several objectives.
@@ -55,9 +56,7 @@ from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from linear_operator.utils.cholesky import psd_safe_cholesky
-from scipy.optimize import minimize
 from torch.autograd.function import once_differentiable
-from torch.quasirandom import SobolEngine
 
 from engines.base import JSON, History, Problem
 from engines.local_gp import LocalGP
@@ -74,14 +73,6 @@ _MAX_ENUMERATED_CELLS = 100_000
 #: Seeding torch (and, for large categoricals, Python's ``random`` that BoTorch's mixed optimizer
 #: draws from) is process-global; asks in threads of one process take turns.
 _SEEDED_LOCK = threading.Lock()
-#: ``thompson_points``: random Fourier features per sample path; candidates each path is scored
-#: on, half Sobol points, half Gaussian perturbations (this deviation, in the unit cube) of the
-#: best observed points (this many); L-BFGS-B iterations refining each path's best candidate.
-_TS_FEATURES = 1024
-_TS_CANDIDATES = 2048
-_TS_LOCAL_SIGMA = 0.05
-_TS_TOP = 10
-_TS_MAXITER = 50
 _REPLACED = "duplicate of an observed, pending or earlier point"
 
 Extra = TypeVar("Extra")
@@ -172,14 +163,14 @@ def fit_gp(
         start(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     closure = None
-    if _plain_rbf(model):
+    if plain_rbf(model):
         parameters = {name: p for name, p in mll.named_parameters() if p.requires_grad}
         closure = ForwardBackwardClosure(lambda: exact_mll_loss(model), parameters)
     fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 
 
-def _plain_rbf(model: SingleTaskGP) -> bool:
+def plain_rbf(model: SingleTaskGP) -> bool:
     """Whether ``exact_mll_loss`` is this model's loss: one output, BoTorch's default RBF
     kernel, constant mean and homoskedastic Gaussian noise, no input transform."""
     return (
@@ -195,7 +186,7 @@ def _plain_rbf(model: SingleTaskGP) -> bool:
 def exact_mll_loss(model: SingleTaskGP) -> torch.Tensor:
     """``-(log N(y | m, K + s2 I) + sum of the priors' log densities) / n`` on the model's
     (standardized) training data at its current hyperparameters: gpytorch's exact marginal
-    likelihood loss for the models ``_plain_rbf`` accepts, differentiable in them."""
+    likelihood loss for the models ``plain_rbf`` accepts, differentiable in them."""
     X, y = model.train_inputs[0], model.train_targets
     # Squared distances as gpytorch computes them (centred, by the norms, clamped, an exact zero
     # diagonal): cheaper to differentiate than the (n, n, d) differences.
@@ -241,12 +232,12 @@ def joint_model(models: list[SingleTaskGP]) -> Model:
     one model with their outputs in order; see the module docstring."""
     if len(models) == 1:
         return models[0]
-    if not all(_plain_rbf(m) for m in models):
+    if not all(plain_rbf(m) for m in models):
         return ModelListGP(*models)
     X = models[0].train_inputs[0]
     Y = torch.stack([_raw_targets(m) for m in models], dim=-1)
     joint = SingleTaskGP(X, Y, outcome_transform=Standardize(m=len(models)))
-    lengthscale, noise, constant = _stacked_hyperparameters(models)
+    lengthscale, noise, constant = stacked_hyperparameters(models)
     with torch.no_grad():
         joint.covar_module.lengthscale = lengthscale.reshape(joint.covar_module.lengthscale.shape)
         joint.likelihood.noise = noise.reshape(joint.likelihood.noise.shape)
@@ -254,7 +245,7 @@ def joint_model(models: list[SingleTaskGP]) -> Model:
     return joint.eval()
 
 
-def _stacked_hyperparameters(
+def stacked_hyperparameters(
     models: list[SingleTaskGP],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Lengthscales ``(G, d)``, noises ``(G,)`` and mean constants ``(G,)`` of one-output RBF
@@ -263,76 +254,6 @@ def _stacked_hyperparameters(
     noise = torch.stack([m.likelihood.noise.detach().reshape(()) for m in models])
     constant = torch.stack([m.mean_module.constant.detach().reshape(()) for m in models])
     return lengthscale, noise, constant
-
-
-class SamplePaths:
-    """``S`` posterior sample paths of each of several GPs, by pathwise conditioning with random
-    Fourier features [Wilson2020pathwise]. For a GP as ``fit_gp`` fits it without categorical
-    coordinates (constant mean ``c``, RBF kernel ``k`` with lengthscales ``l`` and unit
-    variance, noise ``s2``, targets ``y`` standardized), on inputs ``X``, path ``s`` is::
-
-        f(x) = c + g(x) + k(x, X) (K + s2 I)^-1 (y - c - g(X) - e),   e ~ N(0, s2 I)
-        g(x) = sqrt(2 / F) sum_i w_i cos(o_i . (x / l) + b_i)
-
-    with ``F`` features, ``o_i ~ N(0, I)`` and ``b_i ~ U(0, 2 pi)`` shared by a GP's paths,
-    ``w_i ~ N(0, 1)`` each path's own, then un-standardized: the paths BoTorch's
-    ``draw_matheron_paths`` draws for these models, written out in torch, so that evaluating and
-    differentiating them costs a few tensor operations instead of a tree of kernel modules.
-    Draws from torch's random generator: seed it (``seeded``).
-    """
-
-    def __init__(self, models: list[SingleTaskGP], S: int, num_features: int) -> None:
-        if not all(_plain_rbf(m) for m in models):
-            raise TypeError("SamplePaths needs one-output RBF GPs as fit_gp fits them")
-        X = models[0].train_inputs[0]
-        if any(not torch.equal(m.train_inputs[0], X) for m in models):
-            raise ValueError("SamplePaths needs GPs fitted on the same inputs")
-        G, n, d = len(models), X.shape[0], X.shape[-1]
-        dtype = X.dtype
-        # Fixed functions: no graph to the GPs' hyperparameters.
-        self.lengthscale, noise, self.constant = _stacked_hyperparameters(models)
-        transforms: list[Standardize] = [m.outcome_transform for m in models]  # type: ignore[misc]
-        self.y_mean = torch.stack([t.means.reshape(()) for t in transforms])
-        self.y_std = torch.stack([t.stdvs.reshape(()) for t in transforms])
-        self.omega = torch.randn(G, 1, num_features, d, dtype=dtype)
-        self.phase = 2 * math.pi * torch.rand(G, 1, 1, num_features, dtype=dtype)
-        self.weight = math.sqrt(2 / num_features) * torch.randn(G, S, num_features, dtype=dtype)
-        self.Z_train = (X / self.lengthscale[:, None, :])[:, None]  # (G, 1, n, d)
-        K = _rbf(self.Z_train, self.Z_train)[:, 0] + noise[:, None, None] * torch.eye(
-            n, dtype=dtype
-        )
-        targets = torch.stack([m.train_targets for m in models])[:, None, :]  # (G, 1, n)
-        errors = noise.sqrt()[:, None, None] * torch.randn(G, S, n, dtype=dtype)
-        residual = targets - self.constant[:, None, None] - self._prior(self.Z_train) - errors
-        solved = torch.cholesky_solve(residual.transpose(1, 2), psd_safe_cholesky(K))  # (G, n, S)
-        self.update = solved  # (G, n, S)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """``(S, N, G)``: every path at ``x``, ``(N, d)`` or, one set per path, ``(S, N, d)``;
-        differentiable in ``x``."""
-        # (G, 1, N, d) for the same points on every path, else (G, S, N, d).
-        Z = x.to(self.lengthscale.dtype)[None] / self.lengthscale[:, None, None, :]
-        # Chunks of points: their (G, S or 1, chunk, F) features stay under 2^24 numbers.
-        chunk = max(1, 2**24 // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
-        parts = []
-        for Zc in torch.split(Z, chunk, dim=2):
-            kernel = _rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
-            parts.append(self._prior(Zc) + self._update(kernel))
-        values = self.constant[:, None, None] + torch.cat(parts, dim=2)  # (G, S, N)
-        return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
-
-    def _update(self, kernel: torch.Tensor) -> torch.Tensor:
-        """``(G, S, N)``: ``k(x, X) (K + s2 I)^-1 (...)`` from ``kernel: (G, S or 1, N, n)``."""
-        if kernel.shape[1] == 1:  # the same points for every path: no copy of the kernel per path
-            return (kernel[:, 0] @ self.update).transpose(1, 2)
-        return (kernel @ self.update.transpose(1, 2)[..., None])[..., 0]
-
-    def _prior(self, Z: torch.Tensor) -> torch.Tensor:
-        """``(G, S, N)``: the prior samples ``g`` at ``Z: (G, S or 1, N, d)`` (scaled inputs)."""
-        features = torch.cos(Z @ self.omega.transpose(-1, -2) + self.phase)  # (G, S or 1, N, F)
-        if Z.shape[1] == 1:  # the same points for every path: one product for all
-            return (features[:, 0] @ self.weight.transpose(1, 2)).transpose(1, 2)
-        return (features @ self.weight[..., None])[..., 0]
 
 
 class _RBFLogEI(LogExpectedImprovement):
@@ -362,61 +283,9 @@ class _RBFLogEI(LogExpectedImprovement):
 def log_expected_improvement(model: SingleTaskGP, best_f: torch.Tensor) -> LogExpectedImprovement:
     """Analytic LogEI of a one-output ``model`` above ``best_f``: with its posterior moments
     written out (``_RBFLogEI``) when ``fit_gp`` fitted it without categorical coordinates."""
-    if _plain_rbf(model):
+    if plain_rbf(model):
         return _RBFLogEI(model, best_f)
     return LogExpectedImprovement(model, best_f=best_f)
-
-
-def _rbf(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """``exp(-|a - b|^2 / 2)`` for the rows of ``A: (..., N, d)`` and ``B: (..., n, d)``."""
-    square = (
-        (A * A).sum(-1)[..., :, None] + (B * B).sum(-1)[..., None, :] - 2 * A @ B.transpose(-1, -2)
-    )
-    return torch.exp(-0.5 * square.clamp_min(0.0))
-
-
-def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np.ndarray:
-    """``(count, d)`` within ``bounds: (2, d)``: the maximizers of ``count`` posterior sample
-    paths of ``model`` (one output, maximized), drawn by pathwise conditioning with random
-    Fourier features. Each path's best of the candidates (Sobol points, and perturbations of
-    the best observed points) is refined by L-BFGS-B. Uses torch's random generator: seed it
-    (``seeded``)."""
-    X, y = model.train_inputs[0], model.train_targets
-    d = X.shape[-1]
-    lower, upper = bounds[0], bounds[1]
-    half = _TS_CANDIDATES // 2
-    best = X[torch.argsort(y, descending=True)[:_TS_TOP]]
-    local = best[torch.randint(len(best), (half,))] + _TS_LOCAL_SIGMA * torch.randn(half, d)
-    sobol = SobolEngine(d, scramble=True, seed=int(torch.randint(2**31, ())))
-    candidates = torch.cat([lower + (upper - lower) * sobol.draw(half, dtype=X.dtype), local])
-    candidates = torch.maximum(torch.minimum(candidates, upper), lower)
-    paths = SamplePaths([model], count, _TS_FEATURES)
-    with torch.no_grad():
-        start_values, best = paths(candidates)[..., 0].max(dim=-1)
-    starts = candidates[best]  # (count, d)
-
-    def negated_sum(z: np.ndarray) -> tuple[float, np.ndarray]:
-        # The paths are independent: one sum, each point's gradient is its own path's.
-        x = torch.tensor(z.reshape(count, 1, d), dtype=X.dtype, requires_grad=True)
-        loss = -paths(x).sum()
-        loss.backward()
-        assert x.grad is not None
-        return loss.detach().item(), x.grad.reshape(-1).numpy()
-
-    box = list(zip(lower.tolist() * count, upper.tolist() * count, strict=True))
-    result = minimize(
-        negated_sum,
-        starts.numpy().reshape(-1),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=box,
-        options={"maxiter": _TS_MAXITER},
-    )
-    refined = torch.as_tensor(result.x.reshape(count, d))
-    # One line search for all paths: keep a path's start where its own value went down.
-    with torch.no_grad():
-        better = paths(refined[:, None])[:, 0, 0] >= start_values
-    return torch.where(better[:, None], refined, starts).numpy()
 
 
 def _raw_targets(model: SingleTaskGP) -> torch.Tensor:

@@ -95,7 +95,7 @@ from botorch.optim import optimize_acqf
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
 from numpy.random import Generator
 
-from engines import bo
+from engines import bo, sample_paths
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.limits import WorkLimits
 from engines.options import check_option_ranges
@@ -229,7 +229,7 @@ class GPEngine(ModelBasedEngine):
         models = [bo.fit_gp(tX, targets[:, i], model_cat_dims) for i in range(m + k)]
         if ahead and m == 1 and k == 0 and not model_cat_dims:
             bounds = _domain(problem.space, self.max_discrete_levels)[0]
-            X_new = bo.thompson_points(models[0], count, torch.as_tensor(bounds))
+            X_new = sample_paths.thompson_points(models[0], count, torch.as_tensor(bounds))
             acquisition = "thompson"
         else:
             X_new, acquisition = self._maximize(problem, models, tX, targets, X_pending, count)

@@ -53,7 +53,7 @@ from botorch.exceptions.errors import BotorchError
 from numpy.random import Generator
 from scipy.stats import qmc
 
-from engines import bo
+from engines import bo, sample_paths
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.limits import WorkLimits
 from engines.metrics import non_dominated
@@ -212,7 +212,7 @@ class POMEngine(ModelBasedEngine):
         m, k = problem.n_objectives, problem.n_constraints
         tX = torch.as_tensor(X_train, dtype=torch.float64)
         models = [bo.fit_gp(tX, targets[:, i], []) for i in range(m + k)]
-        paths = bo.SamplePaths(models, S, self.num_features)
+        paths = sample_paths.SamplePaths(models, S, self.num_features)
         X_all = np.vstack([pool, X_train])
         with torch.no_grad():
             values = paths(torch.as_tensor(X_all))  # (S, N + n, m + k)
@@ -238,7 +238,7 @@ class POMEngine(ModelBasedEngine):
 
 
 def refine_on_paths(
-    paths: bo.SamplePaths,
+    paths: sample_paths.SamplePaths,
     X_start: torch.Tensor,
     values: torch.Tensor,
     scale: torch.Tensor,
@@ -269,7 +269,7 @@ def refine_on_paths(
 
 
 def _descend(
-    paths: bo.SamplePaths,
+    paths: sample_paths.SamplePaths,
     X_start: torch.Tensor,
     values: torch.Tensor,
     scale: torch.Tensor,

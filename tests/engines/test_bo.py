@@ -15,7 +15,6 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from engines.base import History, Problem
 from engines.bo import (
-    SamplePaths,
     exact_mll_loss,
     failure,
     fit_gp,
@@ -30,6 +29,7 @@ from engines.bo import (
     unfilled,
 )
 from engines.quasirandom import SobolStream
+from engines.sample_paths import SamplePaths
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 

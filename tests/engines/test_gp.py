@@ -20,7 +20,7 @@ import pytest
 import torch
 from linear_operator.utils.errors import NotPSDError
 
-from engines import bo
+from engines import bo, sample_paths
 from engines import gp as gp_module
 from engines.base import History, Problem
 from engines.errors import EngineOptionsError
@@ -191,7 +191,7 @@ def test_thompson_points_maximize_within_the_bounds() -> None:
     model = bo.fit_gp(X, -((u + v) ** 2 + 0.1 * (u - v) ** 2).numpy(), [])
     bounds = torch.tensor([[0.2, 0.3], [0.6, 0.7]], dtype=torch.float64)
     with bo.seeded(0, False):
-        points = bo.thompson_points(model, 4, bounds)
+        points = sample_paths.thompson_points(model, 4, bounds)
     assert points.shape == (4, 2)
     assert np.all(points >= bounds[0].numpy()) and np.all(points <= bounds[1].numpy())
     np.testing.assert_allclose(points[:, 0], 0.6, atol=1e-6)

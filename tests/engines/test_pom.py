@@ -9,7 +9,7 @@ import pytest
 
 from engines import bo, pom
 from engines.base import History, Problem
-from engines.bo import SamplePaths, fit_gp
+from engines.bo import fit_gp
 from engines.errors import EngineOptionsError
 from engines.metrics import non_dominated
 from engines.pareto_matching import (
@@ -19,6 +19,7 @@ from engines.pareto_matching import (
     pareto_sample_masks,
 )
 from engines.registry import make_engine
+from engines.sample_paths import SamplePaths
 from engines.space import FloatParam, SearchSpace
 
 #: Small settings: every engine test runs in well under a second of fitting and sampling.
