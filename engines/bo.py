@@ -171,8 +171,10 @@ def fit_gp(
 
 
 def plain_rbf(model: SingleTaskGP) -> bool:
-    """Whether ``exact_mll_loss`` is this model's loss: one output, BoTorch's default RBF
-    kernel, constant mean and homoskedastic Gaussian noise, no input transform."""
+    """Whether the posterior and likelihood written out in torch apply to this model
+    (``exact_mll_loss``, ``log_expected_improvement``, ``engines.sample_paths``): one output,
+    BoTorch's default RBF kernel, constant mean and homoskedastic Gaussian noise, no input
+    transform."""
     return (
         type(model) is SingleTaskGP
         and model.num_outputs == 1
