@@ -13,7 +13,8 @@
   ``SingleTaskGP`` holding each one's hyperparameters when they allow (the same posterior as
   their ``ModelListGP``, computed in one batch, so an acquisition over several GPs evaluates
   faster), else their ``ModelListGP``.
-- ``log_expected_improvement``: BoTorch's analytic LogEI, reading the posterior of a GP
+- ``log_expected_improvement``: BoTorch's analytic LogEI above the best posterior mean at the
+  observed points, reading the posterior of a GP
   ``fit_gp`` fitted without categorical coordinates from ``engines.local_gp.LocalGP``, which
   writes it out in torch (fewer operations per evaluation than gpytorch's modules).
 - ``plain_rbf``, ``stacked_hyperparameters``: which GPs have the posterior that the modules
@@ -264,9 +265,9 @@ class _RBFLogEI(LogExpectedImprovement):
     out in torch, instead of through gpytorch's kernel and lazy-tensor modules: the acquisition
     optimizer evaluates them about 50 times per ask."""
 
-    def __init__(self, model: SingleTaskGP, best_f: torch.Tensor) -> None:
+    def __init__(self, model: SingleTaskGP, gp: LocalGP, best_f: torch.Tensor) -> None:
         super().__init__(model, best_f=best_f)
-        self._gp = LocalGP(model)
+        self._gp = gp
 
     def _mean_and_sigma(
         self, X: torch.Tensor, compute_sigma: bool = True, min_var: float = 1e-12
@@ -278,16 +279,24 @@ class _RBFLogEI(LogExpectedImprovement):
         mean = (gp.offset + gp.scale * gp.mean(Z)).reshape(shape)
         if not compute_sigma:
             return mean, None
-        variance = (gp.scale * gp.std(Z)) ** 2
-        return mean, variance.clamp_min(min_var).sqrt().reshape(shape)
+        sigma = (gp.scale * gp.std(Z)).clamp_min(math.sqrt(min_var))
+        return mean, sigma.reshape(shape)
 
 
-def log_expected_improvement(model: SingleTaskGP, best_f: torch.Tensor) -> LogExpectedImprovement:
-    """Analytic LogEI of a one-output ``model`` above ``best_f``: with its posterior moments
-    written out (``_RBFLogEI``) when ``fit_gp`` fitted it without categorical coordinates."""
-    if plain_rbf(model):
-        return _RBFLogEI(model, best_f)
-    return LogExpectedImprovement(model, best_f=best_f)
+def log_expected_improvement(
+    model: SingleTaskGP, X_observed: torch.Tensor
+) -> LogExpectedImprovement:
+    """Analytic LogEI of a one-output ``model`` above its best posterior mean at ``X_observed``
+    (the incumbent of noisy observations): with its posterior written out (``_RBFLogEI``, whose
+    factorization also gives that mean) when ``fit_gp`` fitted it without categorical
+    coordinates."""
+    with torch.no_grad():
+        if not plain_rbf(model):
+            best_f = model.posterior(X_observed).mean.max()
+            return LogExpectedImprovement(model, best_f=best_f)
+        gp = LocalGP(model)
+        best_f = gp.offset + gp.scale * gp.mean(X_observed).max()
+    return _RBFLogEI(model, gp, best_f)
 
 
 def _raw_targets(model: SingleTaskGP) -> torch.Tensor:

@@ -286,9 +286,7 @@ def _acquisition(
     m, k = problem.n_objectives, problem.n_constraints
     model = bo.joint_model(models)
     if m == 1 and k == 0 and count == 1 and pending is None:
-        with torch.no_grad():
-            best_f = models[0].posterior(tX).mean.max()
-        return bo.log_expected_improvement(models[0], best_f), "LogEI"
+        return bo.log_expected_improvement(models[0], tX), "LogEI"
     common: dict[str, Any] = {
         "X_baseline": tX,
         "constraints": [_column(m + i) for i in range(k)] or None,

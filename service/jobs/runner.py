@@ -403,7 +403,7 @@ class JobRunner:
                 self._pause_study(job)
                 self._fail_running_units(job, f"the job was {state}")
             except Exception:  # the job must still end; the units' leases lapse anyway
-                log.exception("job %d: failing its running units failed", job.id)
+                log.exception("job %d: pausing its study or failing its units failed", job.id)
 
         def fn(conn: Connection) -> None:
             now = utcnow()

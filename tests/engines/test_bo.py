@@ -301,11 +301,12 @@ def test_sample_paths_per_path_points_and_gradient():
         np.testing.assert_allclose(grad[..., j], numeric, rtol=1e-5, atol=1e-6)
 
 
-def test_fast_log_ei_equals_botorchs_log_ei_and_its_gradient():
+def test_log_ei_on_the_written_out_posterior_equals_botorchs_and_its_gradient():
     model = _two_gps()[1]
     best_f = model.posterior(model.train_inputs[0]).mean.max().detach()
-    fast = log_expected_improvement(model, best_f)
+    fast = log_expected_improvement(model, model.train_inputs[0])
     assert type(fast) is not LogExpectedImprovement  # the moments written out
+    assert float(fast.best_f) == pytest.approx(float(best_f), rel=1e-10)
     reference = LogExpectedImprovement(model, best_f=best_f)
     # Near the data (small variance), far from it, and at a training point.
     X = torch.cat([torch.rand(64, 1, 3, dtype=torch.float64), model.train_inputs[0][:2, None]])
@@ -322,7 +323,7 @@ def test_log_ei_of_a_mixed_gp_is_botorchs():
     X = torch.as_tensor(np.random.default_rng(0).random((10, 2)))
     X[:, 1] = (X[:, 1] > 0.5).double()
     model = fit_gp(X, X[:, 0].numpy(), [1])
-    assert type(log_expected_improvement(model, torch.tensor(0.5))) is LogExpectedImprovement
+    assert type(log_expected_improvement(model, X)) is LogExpectedImprovement
 
 
 def test_sample_paths_refuse_a_mixed_gp():
