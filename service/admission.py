@@ -93,12 +93,14 @@ class AskAdmission:
         try:
             while True:
                 done, _ = await asyncio.wait({acquire}, timeout=DISCONNECT_POLL_SECONDS)
-                if done:
-                    return
+                # Looked at once more when the turn comes: a client that left since the last
+                # look would otherwise have its ask run.
                 if await request.is_disconnected():
                     ASKS_DROPPED.inc()
                     log.info("an ask on study %d was dropped: its client disconnected", study_id)
                     raise ClientGone
+                if done:
+                    return
         except BaseException:
             acquire.cancel()
             # The lock may have been granted between the last look and the cancel.

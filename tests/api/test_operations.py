@@ -118,6 +118,35 @@ def test_a_full_study_queue_answers_study_busy_and_a_gone_client_is_dropped():
     asyncio.run(scenario())
 
 
+def test_an_ask_whose_client_left_just_before_its_turn_is_dropped_not_run():
+    """The client leaves and the ask before it finishes within one disconnect poll: the turn
+    arrives before the next poll would have seen the client gone."""
+
+    async def scenario() -> None:
+        admission = AskAdmission(queue_per_study=2, engine_threads=2)
+        release = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+
+        def slow() -> str:
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+            return "ran"
+
+        running = asyncio.create_task(admission.run(1, _Client(), slow))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        leaving = _Client()
+        waiter = asyncio.create_task(admission.run(1, leaving, lambda: ran.append("late")))  # type: ignore[arg-type]
+        await asyncio.sleep(0.25)  # past two polls, which saw the client still there
+        leaving.gone = True
+        release.set()
+        assert await running == "ran"
+        with pytest.raises(ClientGone):
+            await waiter
+        assert ran == [] and not admission._queues
+
+    asyncio.run(scenario())
+
+
 def test_metrics_need_an_admin_key_when_the_server_needs_keys(tmp_path):
     settings = Settings(
         database_url=f"sqlite:///{tmp_path / 'asktell.db'}", auth="required", run_jobs=False

@@ -146,15 +146,18 @@ def test_a_slow_study_freezes_nothing_else(
         busy = [o for o in outcomes if isinstance(o, httpx.Response) and o.status_code == 503]
         gave_up = outcomes.count("gave up")
         # Two processes each run one ask and queue QUEUE: every other ask is turned away, but
-        # for those that found a place freed by an ask that had already been answered.
+        # for those that found a place freed by an ask that had already been answered, and one
+        # more: a place freed by a client giving up can go to an ask of the burst that reached
+        # the server late (seen once in four full runs on a loaded machine).
         answered = [o for o in outcomes if isinstance(o, httpx.Response) and o.status_code == 200]
-        assert len(busy) >= ASKS - 2 * (QUEUE + 1) - len(answered), outcomes
+        assert len(busy) >= ASKS - 2 * (QUEUE + 1) - len(answered) - 1, outcomes
         for response in busy:
             assert response.json()["code"] == "study_busy"
             assert int(response.headers["Retry-After"]) >= 1
         assert gave_up >= 1, outcomes
 
-        # The queued asks of the clients that gave up are dropped, not run one by one.
+        # The queued asks of the clients that gave up are dropped, not run one by one: all but
+        # the two running when their clients left (the server looks again when a turn comes).
         deadline = time.monotonic() + 5
         while True:
             dropped = server.log().count("was dropped: its client disconnected")
