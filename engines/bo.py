@@ -5,10 +5,11 @@
 - ``training_data``: the completed trials as ``(X, [-Y, C])``, made finite for a GP.
 - ``fit_gp``: an exact GP (BoTorch ``SingleTaskGP``, or ``MixedSingleTaskGP`` with categorical
   coordinates) by maximum marginal likelihood. For one output under BoTorch's default RBF
-  kernel the loss is written out (``exact_mll_loss``): the same function as gpytorch's
-  ``ExactMarginalLogLikelihood``, priors included, in a few torch operations, cheaper per
-  L-BFGS step than gpytorch's evaluation (figures in docs/engines/gp.md). BoTorch still
-  drives the fit (bounds, L-BFGS-B, retries).
+  kernel the loss and its gradient are written out in closed form
+  (``engines.gp_likelihood``): the same function as gpytorch's
+  ``ExactMarginalLogLikelihood``, priors included, cheaper per L-BFGS step than gpytorch's
+  evaluation and autograd (figures in docs/engines/gp.md). BoTorch still drives the fit
+  (bounds, L-BFGS-B, retries).
 - ``joint_model``: the fitted GPs of several outputs as one model for an acquisition: a batched
   ``SingleTaskGP`` holding each one's hyperparameters when they allow (the same posterior as
   their ``ModelListGP``, computed in one batch, so an acquisition over several GPs evaluates
@@ -18,7 +19,7 @@
   ``fit_gp`` fitted without categorical coordinates from ``engines.local_gp.LocalGP``, which
   writes it out in torch (fewer operations per evaluation than gpytorch's modules).
 - ``plain_rbf``, ``stacked_hyperparameters``: which GPs have the posterior that the modules
-  writing it out in torch assume (``exact_mll_loss``, ``engines.sample_paths``), and their
+  writing it out in torch assume (``engines.gp_likelihood``, ``engines.sample_paths``), and their
   hyperparameters.
 - ``lengthscales``: a fitted GP's lengthscale per input coordinate, for the trials' details.
 - ``seeded``: run with torch (and optionally Python's ``random``) seeded, under one lock.
@@ -39,7 +40,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -49,16 +50,14 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
-from botorch.optim.closures import ForwardBackwardClosure
 from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from gpytorch.kernels import RBFKernel
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from linear_operator.utils.cholesky import psd_safe_cholesky
-from torch.autograd.function import once_differentiable
 
+from engines import gp_likelihood
 from engines.base import JSON, History, Problem
 from engines.local_gp import LocalGP
 from engines.quasirandom import SobolStream, sobol_points
@@ -163,17 +162,17 @@ def fit_gp(
     if start is not None:
         start(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    names = [name for name, p in mll.named_parameters() if p.requires_grad]
     closure = None
-    if plain_rbf(model):
-        parameters = {name: p for name, p in mll.named_parameters() if p.requires_grad}
-        closure = ForwardBackwardClosure(lambda: exact_mll_loss(model), parameters)
+    if plain_rbf(model) and gp_likelihood.applies_to(model, names):
+        closure = gp_likelihood.MarginalLikelihood(model, names)
     fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 
 
 def plain_rbf(model: SingleTaskGP) -> bool:
     """Whether the posterior and likelihood written out in torch apply to this model
-    (``exact_mll_loss``, ``log_expected_improvement``, ``engines.sample_paths``): one output,
+    (``engines.gp_likelihood``, ``log_expected_improvement``, ``engines.sample_paths``): one output,
     BoTorch's default RBF kernel, constant mean and homoskedastic Gaussian noise, no input
     transform."""
     return (
@@ -184,50 +183,6 @@ def plain_rbf(model: SingleTaskGP) -> bool:
         and type(model.likelihood) is GaussianLikelihood
         and getattr(model, "input_transform", None) is None
     )
-
-
-def exact_mll_loss(model: SingleTaskGP) -> torch.Tensor:
-    """``-(log N(y | m, K + s2 I) + sum of the priors' log densities) / n`` on the model's
-    (standardized) training data at its current hyperparameters: gpytorch's exact marginal
-    likelihood loss for the models ``plain_rbf`` accepts, differentiable in them."""
-    X, y = model.train_inputs[0], model.train_targets
-    # Squared distances as gpytorch computes them (centred, by the norms, clamped, an exact zero
-    # diagonal): cheaper to differentiate than the (n, n, d) differences.
-    Z = X / model.covar_module.lengthscale
-    Z = Z - Z.mean(0)
-    norms = (Z * Z).sum(-1)
-    square = (norms[:, None] + norms[None, :] - 2.0 * Z @ Z.T).clamp_min(0.0)
-    square.fill_diagonal_(0.0)
-    K = torch.exp(-0.5 * square)
-    K = K + model.likelihood.noise * torch.eye(len(X), dtype=X.dtype)
-    log_likelihood = _GaussianLogDensity.apply(K, y - model.mean_module.constant)
-    priors = model.named_priors()  # type: ignore[operator]  # (nn.Module's __getattr__ typing)
-    for _, module, prior, value_of, _ in priors:
-        log_likelihood = log_likelihood + prior.log_prob(value_of(module)).sum()
-    return -log_likelihood / len(X)
-
-
-class _GaussianLogDensity(torch.autograd.Function):
-    """``log N(r | 0, K) = -r^T K^-1 r / 2 - log|K| / 2 - n log(2 pi) / 2`` with its gradient in
-    closed form,
-    ``dK = (alpha alpha^T - K^-1) / 2``, ``dr = -alpha``, ``alpha = K^-1 r``: one inverse from
-    the Cholesky factor, where autograd would differentiate through the factorization and the
-    triangular solve (most of a fit's time at a few hundred trials)."""
-
-    @staticmethod
-    def forward(ctx: Any, K: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        L = psd_safe_cholesky(K)
-        alpha = torch.cholesky_solve(r.unsqueeze(-1), L).squeeze(-1)
-        ctx.save_for_backward(L, alpha)
-        log_det = 2.0 * torch.diagonal(L).log().sum()
-        return -0.5 * ((r * alpha).sum() + log_det + len(r) * math.log(2 * math.pi))
-
-    @staticmethod
-    @once_differentiable  # L and alpha carry no graph: a second derivative would be wrong
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        L, alpha = ctx.saved_tensors
-        dK = 0.5 * (torch.outer(alpha, alpha) - torch.cholesky_inverse(L))
-        return grad * dK, -grad * alpha
 
 
 def joint_model(models: list[SingleTaskGP]) -> Model:

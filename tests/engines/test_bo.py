@@ -12,10 +12,10 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.priors import GammaPrior
 
 from engines.base import History, Problem
 from engines.bo import (
-    exact_mll_loss,
     failure,
     fit_gp,
     joint_model,
@@ -28,6 +28,7 @@ from engines.bo import (
     training_data,
     unfilled,
 )
+from engines.gp_likelihood import MarginalLikelihood, applies_to
 from engines.quasirandom import SobolStream
 from engines.sample_paths import SamplePaths
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
@@ -85,23 +86,36 @@ def _smooth_data(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
     return X, y.unsqueeze(-1)
 
 
-def test_exact_mll_loss_and_its_gradient_are_gpytorchs():
+def test_the_closed_form_likelihood_and_its_gradient_are_gpytorchs():
     X, y = _smooth_data(30, 3)
     model = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()
-    params = [p for p in mll.parameters() if p.requires_grad]
+    named = [(name, p) for name, p in mll.named_parameters() if p.requires_grad]
+    names, params = [name for name, _ in named], [p for _, p in named]
+    assert applies_to(model, names)
     with torch.no_grad():  # away from the initial values, where priors and data disagree
         model.covar_module.lengthscale = torch.tensor([[0.2, 0.7, 2.0]])
         model.likelihood.noise = torch.tensor([0.05])
         model.mean_module.constant.fill_(0.3)
     expected = -mll(model(*model.train_inputs), model.train_targets)
     expected_grads = torch.autograd.grad(expected, params)
-    loss = exact_mll_loss(model)
-    grads = torch.autograd.grad(loss, params)
+    loss, grads = MarginalLikelihood(model, names)()
     assert float(loss) == pytest.approx(float(expected), rel=1e-10)
     for g, e in zip(grads, expected_grads, strict=True):
+        assert g.shape == e.shape
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-7, atol=1e-10)
+
+
+def test_the_closed_form_likelihood_applies_only_to_the_default_priors():
+    X, y = _smooth_data(10, 2)
+    model = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
+    names = [n for n, p in ExactMarginalLogLikelihood(model.likelihood, model).named_parameters()]
+    assert applies_to(model, names)
+    model.covar_module.register_prior(
+        "lengthscale_prior", GammaPrior(3.0, 6.0), lambda m: m.lengthscale
+    )
+    assert not applies_to(model, names)
 
 
 def test_fit_gp_reaches_gpytorchs_optimum():
@@ -115,7 +129,9 @@ def test_fit_gp_reaches_gpytorchs_optimum():
         reference.covar_module.lengthscale.detach().numpy(),
         rtol=1e-2,
     )
-    assert float(exact_mll_loss(model)) == pytest.approx(float(exact_mll_loss(reference)), abs=1e-5)
+    names = [n for n, _ in ExactMarginalLogLikelihood(model.likelihood, model).named_parameters()]
+    loss, reference_loss = (MarginalLikelihood(m, names)()[0] for m in (model, reference))
+    assert float(loss) == pytest.approx(float(reference_loss), abs=1e-5)
 
 
 def test_fit_gp_uses_a_mixed_kernel_with_categorical_dimensions_and_the_start():
