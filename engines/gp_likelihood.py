@@ -67,8 +67,8 @@ class MarginalLikelihood:
         self.n = len(X)
         self.X = X - X.mean(0)
         self.eye = torch.eye(self.n, dtype=X.dtype)
-        self.lengthscale_prior = model.covar_module.lengthscale_prior
-        self.noise_prior = model.likelihood.noise_covar.noise_prior
+        self.lengthscale_prior = _LogNormal(model.covar_module.lengthscale_prior)
+        self.noise_prior = _LogNormal(model.likelihood.noise_covar.noise_prior)
 
     def __call__(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         model = self.model
@@ -94,8 +94,8 @@ class MarginalLikelihood:
             V = W * K0
             X = self.X
             d_lengthscale = ((X * X).T @ V.sum(1) - ((V @ X) * X).sum(0)) / scales**3
-            log_lengthscale, d_log_lengthscale = _log_normal(self.lengthscale_prior, lengthscale)
-            log_noise, d_log_noise = _log_normal(self.noise_prior, noise)
+            log_lengthscale, d_log_lengthscale = self.lengthscale_prior(lengthscale)
+            log_noise, d_log_noise = self.noise_prior(noise)
             grads = {
                 LENGTHSCALE: -(d_lengthscale.reshape(lengthscale.shape) + d_log_lengthscale),
                 NOISE: -(0.5 * torch.diagonal(W).sum() + d_log_noise),
@@ -105,14 +105,19 @@ class MarginalLikelihood:
             return loss, tuple(grads[name] / self.n for name in self.names)
 
 
-def _log_normal(prior: LogNormalPrior, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The summed log density of ``prior`` at ``x`` and its derivative at each element, in
-    torch.distributions' order of operations (the prior's ``loc`` and ``scale`` may be float32,
-    and its variance and log scale are then rounded in float32, as there)."""
-    log_x = x.log()
-    variance = prior.scale**2
-    deviation = log_x - prior.loc
-    log_density = (
-        -(deviation**2) / (2 * variance) - prior.scale.log() - math.log(math.sqrt(2 * math.pi))
-    ) - log_x
-    return log_density.sum(), -(deviation / variance + 1.0) / x
+class _LogNormal:
+    """A log-normal prior's summed log density at ``x`` and its derivative at each element, in
+    torch.distributions' order of operations: the prior's ``loc`` and ``scale`` may be
+    float32, and its variance and log scale are then rounded in float32, as there (computed
+    once, not at every evaluation)."""
+
+    def __init__(self, prior: LogNormalPrior) -> None:
+        self.loc = prior.loc.double()
+        self.variance = (prior.scale**2).double()
+        self.constant = prior.scale.log().double() + 0.5 * math.log(2 * math.pi)
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_x = x.log()
+        deviation = log_x - self.loc
+        log_density = (-(deviation**2) / (2 * self.variance) - self.constant) - log_x
+        return log_density.sum(), -(deviation / self.variance + 1.0) / x

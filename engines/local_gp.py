@@ -84,6 +84,32 @@ class LocalGP:
         V = torch.linalg.solve_triangular(self.L, self.k(self.X, Z), upper=False)
         return (1.0 - (V * V).sum(0)).clamp_min(1e-12).sqrt()
 
+    def moments_and_gradients(
+        self, Z: torch.Tensor, gradients: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Standardized posterior mean and standard deviation at ``Z: (s, d)``, each ``(s,)``,
+        and (with ``gradients``) their gradients ``(s, d)`` in closed form: with
+        ``k_i = k(z, x_i)``, ``dk_i/dz = -k_i (z - x_i) / l^2`` and ``beta = (K + s2 I)^-1 k``,
+        ``dmu/dz = sum_i alpha_i dk_i/dz`` and ``dsigma/dz = -sum_i beta_i dk_i/dz / sigma``
+        (zero where the variance is clamped, as autograd through ``std`` gives)."""
+        k = self.k(Z, self.X)
+        mean = self.constant + k @ self.alpha
+        V = torch.linalg.solve_triangular(self.L, k.T, upper=False)
+        variance = 1.0 - (V * V).sum(0)
+        std = variance.clamp_min(1e-12).sqrt()
+        if not gradients:
+            return mean, std, None, None
+        beta = torch.linalg.solve_triangular(self.L.T, V, upper=True).T
+        inverse_square = self.lengthscale**-2
+
+        def along(weights: torch.Tensor) -> torch.Tensor:
+            """``sum_i w_i dk_i/dz`` for weights ``(s, n)``."""
+            kw = k * weights
+            return (kw @ self.X - Z * kw.sum(1, keepdim=True)) * inverse_square
+
+        d_std = torch.where((variance > 1e-12)[:, None], -along(beta) / std[:, None], 0.0)
+        return mean, std, along(self.alpha.expand_as(k)), d_std
+
     def hyperparameters(self) -> list[float]:
         """Log lengthscales, then log noise, rounded for the JSON state."""
         values = [*self.lengthscale.log().tolist(), math.log(self.noise)]
