@@ -66,7 +66,6 @@ class MarginalLikelihood:
         self.y = model.train_targets
         self.n = len(X)
         self.X = X - X.mean(0)
-        self.eye = torch.eye(self.n, dtype=X.dtype)
         self.lengthscale_prior = _LogNormal(model.covar_module.lengthscale_prior)
         self.noise_prior = _LogNormal(model.likelihood.noise_covar.noise_prior)
 
@@ -79,10 +78,14 @@ class MarginalLikelihood:
             scales = lengthscale.reshape(-1)
             Z = self.X / scales
             norms = (Z * Z).sum(-1)
-            square = (norms[:, None] + norms[None, :] - 2.0 * Z @ Z.T).clamp_min(0.0)
-            square.fill_diagonal_(0.0)
-            K0 = torch.exp(-0.5 * square)
-            L = psd_safe_cholesky(K0 + noise * self.eye)
+            # In place where it can be: at a few hundred trials allocating the (n, n) arrays
+            # costs as much as the arithmetic.
+            square = torch.addmm(norms[:, None] + norms[None, :], Z, Z.T, alpha=-2.0)
+            square.clamp_min_(0.0).fill_diagonal_(0.0)
+            K0 = square.mul_(-0.5).exp_()
+            K = K0.clone()
+            K.diagonal().add_(noise)
+            L = psd_safe_cholesky(K)
             residual = self.y - constant
             alpha = torch.cholesky_solve(residual.unsqueeze(-1), L).squeeze(-1)
             log_density = -0.5 * (
@@ -90,15 +93,16 @@ class MarginalLikelihood:
                 + 2.0 * torch.diagonal(L).log().sum()
                 + self.n * math.log(2 * math.pi)
             )
-            W = torch.outer(alpha, alpha) - torch.cholesky_inverse(L)
-            V = W * K0
+            W = torch.cholesky_inverse(L).neg_().addr_(alpha, alpha)
+            trace_W = torch.diagonal(W).sum()
+            V = W.mul_(K0)
             X = self.X
             d_lengthscale = ((X * X).T @ V.sum(1) - ((V @ X) * X).sum(0)) / scales**3
             log_lengthscale, d_log_lengthscale = self.lengthscale_prior(lengthscale)
             log_noise, d_log_noise = self.noise_prior(noise)
             grads = {
                 LENGTHSCALE: -(d_lengthscale.reshape(lengthscale.shape) + d_log_lengthscale),
-                NOISE: -(0.5 * torch.diagonal(W).sum() + d_log_noise),
+                NOISE: -(0.5 * trace_W + d_log_noise),
                 CONSTANT: -alpha.sum(),
             }
             loss = -(log_density + log_lengthscale + log_noise) / self.n
