@@ -15,9 +15,9 @@
   their ``ModelListGP``, computed in one batch, so an acquisition over several GPs evaluates
   faster), else their ``ModelListGP``.
 - ``log_expected_improvement``: BoTorch's analytic LogEI above the best posterior mean at the
-  observed points, reading the posterior of a GP
-  ``fit_gp`` fitted without categorical coordinates from ``engines.local_gp.LocalGP``, which
-  writes it out in torch (fewer operations per evaluation than gpytorch's modules).
+  observed points; for a GP ``fit_gp`` fitted without categorical coordinates, its value and
+  gradient in closed form from the posterior ``engines.local_gp.LocalGP`` writes out (fewer
+  operations per evaluation than gpytorch's modules and autograd).
 - ``plain_rbf``, ``stacked_hyperparameters``: which GPs have the posterior that the modules
   writing it out in torch assume (``engines.gp_likelihood``, ``engines.sample_paths``), and their
   hyperparameters.
