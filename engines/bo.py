@@ -4,9 +4,9 @@
   then the engine's model; NaN rows and duplicates are replaced by fresh Sobol points.
 - ``training_data``: the completed trials as ``(X, [-Y, C])``, made finite for a GP.
 - ``fit_gp``: an exact GP (BoTorch ``SingleTaskGP``, or ``MixedSingleTaskGP`` with categorical
-  coordinates) by maximum marginal likelihood. For one output under BoTorch's default RBF
-  kernel the loss and its gradient are written out in closed form
-  (``engines.gp_likelihood``): the same function as gpytorch's
+  coordinates) by maximum marginal likelihood. Under BoTorch's default RBF kernel (one
+  output, or a batch of independent ones) the loss and its gradient are written out in closed
+  form (``engines.gp_likelihood``): the same function as gpytorch's
   ``ExactMarginalLogLikelihood``, priors included, cheaper per L-BFGS step than gpytorch's
   evaluation and autograd (figures in docs/engines/gp.md). BoTorch still drives the fit
   (bounds, L-BFGS-B, retries).
@@ -19,7 +19,7 @@
   gradient in closed form from the posterior ``engines.local_gp.LocalGP`` writes out (fewer
   operations per evaluation than gpytorch's modules and autograd).
 - ``plain_rbf``, ``stacked_hyperparameters``: which GPs have the posterior that the modules
-  writing it out in torch assume (``engines.gp_likelihood``, ``engines.sample_paths``), and their
+  writing it out in torch assume (``log_expected_improvement``, ``engines.sample_paths``), and their
   hyperparameters.
 - ``lengthscales``: a fitted GP's lengthscale per input coordinate, for the trials' details.
 - ``seeded``: run with torch (and optionally Python's ``random``) seeded, under one lock.
@@ -56,9 +56,6 @@ from botorch.models.transforms.outcome import Standardize
 from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from botorch.utils.transforms import t_batch_mode_transform
-from gpytorch.kernels import RBFKernel
-from gpytorch.likelihoods import GaussianLikelihood
-from gpytorch.means import ConstantMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch.autograd.function import once_differentiable
 
@@ -171,25 +168,20 @@ def fit_gp(
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     names = [name for name, p in mll.named_parameters() if p.requires_grad]
     closure = None
-    if plain_rbf(model) and gp_likelihood.applies_to(model, names):
-        closure = gp_likelihood.MarginalLikelihood(model, names)
+    if gp_likelihood.applies_to(model, names):
+        mll = gp_likelihood.ClosedFormMLL(model)
+        # One GP: the closed form's closure, without autograd; a batch: BoTorch fits each
+        # member on its own, through the marginal likelihood's custom loss.
+        closure = mll.closed_form if Y.shape[-1] == 1 else None
     fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 
 
 def plain_rbf(model: SingleTaskGP) -> bool:
-    """Whether the posterior and likelihood written out in torch apply to this model
-    (``engines.gp_likelihood``, ``log_expected_improvement``, ``engines.sample_paths``): one output,
-    BoTorch's default RBF kernel, constant mean and homoskedastic Gaussian noise, no input
-    transform."""
-    return (
-        type(model) is SingleTaskGP
-        and model.num_outputs == 1
-        and type(model.covar_module) is RBFKernel
-        and type(model.mean_module) is ConstantMean
-        and type(model.likelihood) is GaussianLikelihood
-        and getattr(model, "input_transform", None) is None
-    )
+    """Whether the posterior written out in torch applies to this model
+    (``log_expected_improvement``, ``engines.sample_paths``): one output of the modules
+    ``engines.gp_likelihood.rbf_modules`` accepts."""
+    return gp_likelihood.rbf_modules(model) and model.num_outputs == 1
 
 
 def joint_model(models: list[SingleTaskGP]) -> Model:

@@ -1,5 +1,5 @@
 """The marginal likelihood of the GPs ``engines.bo.fit_gp`` fits, with its gradient in closed
-form, for BoTorch's L-BFGS-B to maximize without autograd.
+form, for BoTorch's L-BFGS-B to maximize without autograd's graph.
 
 For BoTorch's default one-output ``SingleTaskGP`` (RBF kernel with one lengthscale ``l_k`` per
 coordinate and no outputscale, constant mean ``c``, Gaussian noise ``s2``, log-normal priors
@@ -23,16 +23,28 @@ one inverse and a few products, without autograd's graph, whose per-operation ov
 dominates at tens of trials (figures in docs/engines/gp.md). The distances are computed as
 gpytorch computes them (centred inputs, by the norms, clamped, an exact zero diagonal), so the
 value is gpytorch's; a test compares both and their gradients.
+
+A batch of ``m`` independent GPs (``fit_gp`` with several columns, as ``lcbo`` fits its
+objective and constraints) is evaluated at once, each member's loss and gradient its own:
+``MarginalLikelihood`` is the closure of a one-output fit, ``ClosedFormMLL`` the marginal
+likelihood whose ``compute_custom_loss`` (BoTorch's hook for a custom loss) BoTorch's batched
+fit calls, one autograd node over the same computation.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from botorch.models import SingleTaskGP
+from gpytorch.kernels import RBFKernel
+from gpytorch.likelihoods import GaussianLikelihood
+from gpytorch.means import ConstantMean
+from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import LogNormalPrior
 from linear_operator.utils.cholesky import psd_safe_cholesky
+from torch.autograd.function import once_differentiable
 
 #: The parameter names of ``ExactMarginalLogLikelihood(model.likelihood, model)`` whose
 #: gradients ``MarginalLikelihood`` returns, for a model ``applies_to`` accepts.
@@ -41,76 +53,154 @@ CONSTANT = "model.mean_module.raw_constant"
 LENGTHSCALE = "model.covar_module.raw_lengthscale"
 
 
+def rbf_modules(model: SingleTaskGP) -> bool:
+    """Whether ``model`` (one output or a batch of independent ones) is made of BoTorch's
+    default modules: RBF kernel, constant mean, homoskedastic Gaussian noise, no input
+    transform."""
+    return (
+        type(model) is SingleTaskGP
+        and type(model.covar_module) is RBFKernel
+        and type(model.mean_module) is ConstantMean
+        and type(model.likelihood) is GaussianLikelihood
+        and getattr(model, "input_transform", None) is None
+    )
+
+
 def applies_to(model: SingleTaskGP, names: list[str]) -> bool:
     """Whether the closed form is the likelihood of this model, whose marginal likelihood has
-    the free parameters ``names``: the parameters, priors and constraints it assumes
-    (``engines.bo.plain_rbf`` checks the modules)."""
-    kernel, noise = model.covar_module, model.likelihood.noise_covar
+    the free parameters ``names``: the modules, parameters, priors and constraints it
+    assumes."""
+    if not rbf_modules(model):
+        return False
+    kernel, likelihood = model.covar_module, model.likelihood
     priors = {name: prior for name, _, prior, _, _ in model.named_priors()}  # type: ignore[operator]
     return (
         sorted(names) == sorted([NOISE, CONSTANT, LENGTHSCALE])
         and set(priors) == {"covar_module.lengthscale_prior", "likelihood.noise_covar.noise_prior"}
         and all(type(p) is LogNormalPrior for p in priors.values())
         and not kernel.raw_lengthscale_constraint.enforced
-        and not noise.raw_noise_constraint.enforced
+        and not likelihood.noise_covar.raw_noise_constraint.enforced
     )
 
 
 class MarginalLikelihood:
-    """A closure for ``botorch.fit.fit_gpytorch_mll``: called with no arguments, the loss at
-    the model's current hyperparameters and its gradients, in the order of ``names``."""
+    """The loss of each GP of ``model`` (one, or a batch of ``m``) at its current
+    hyperparameters with its gradients; called with no arguments, a closure for
+    ``botorch.fit.fit_gpytorch_mll``: the summed loss and the gradients in the order of
+    ``names``."""
 
     def __init__(self, model: SingleTaskGP, names: list[str]) -> None:
         X = model.train_inputs[0]
         self.model, self.names = model, names
-        self.y = model.train_targets
-        self.n = len(X)
-        self.X = X - X.mean(0)
+        self.n, d = X.shape[-2], X.shape[-1]
+        self.X = (X - X.mean(-2, keepdim=True)).reshape(-1, self.n, d)  # (b, n, d)
+        self.y = model.train_targets.reshape(-1, self.n)  # (b, n)
         self.lengthscale_prior = _LogNormal(model.covar_module.lengthscale_prior)
         self.noise_prior = _LogNormal(model.likelihood.noise_covar.noise_prior)
 
     def __call__(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        model = self.model
+        loss, grads = self.losses_and_gradients()
+        return loss.sum(), tuple(grads[name] for name in self.names)
+
+    def losses_and_gradients(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Each GP's loss ``(b,)`` and the gradients of their sum, by parameter name, each
+        shaped as its parameter."""
+        model, X, b = self.model, self.X, len(self.X)
         with torch.no_grad():
-            lengthscale = model.covar_module.raw_lengthscale  # (1, d)
-            noise = model.likelihood.noise_covar.raw_noise  # (1,)
-            constant = model.mean_module.raw_constant  # ()
-            scales = lengthscale.reshape(-1)
-            Z = self.X / scales
+            lengthscale = model.covar_module.raw_lengthscale  # (1, d) or (m, 1, d)
+            noise = model.likelihood.noise_covar.raw_noise  # (1,) or (m, 1)
+            constant = model.mean_module.raw_constant  # () or (m,)
+            scales = lengthscale.reshape(b, 1, -1)
+            Z = X / scales
             norms = (Z * Z).sum(-1)
             # In place where it can be: at a few hundred trials allocating the (n, n) arrays
             # costs as much as the arithmetic.
-            square = torch.addmm(norms[:, None] + norms[None, :], Z, Z.T, alpha=-2.0)
-            square.clamp_min_(0.0).fill_diagonal_(0.0)
+            square = torch.baddbmm(
+                norms[:, :, None] + norms[:, None, :], Z, Z.transpose(1, 2), alpha=-2.0
+            )
+            square.clamp_min_(0.0).diagonal(dim1=1, dim2=2).zero_()
             K0 = square.mul_(-0.5).exp_()
             K = K0.clone()
-            K.diagonal().add_(noise)
+            K.diagonal(dim1=1, dim2=2).add_(noise.reshape(b, 1))
             L = psd_safe_cholesky(K)
-            residual = self.y - constant
-            alpha = torch.cholesky_solve(residual.unsqueeze(-1), L).squeeze(-1)
+            residual = self.y - constant.reshape(b, 1)
+            alpha = torch.cholesky_solve(residual[..., None], L)[..., 0]  # (b, n)
             log_density = -0.5 * (
-                residual @ alpha
-                + 2.0 * torch.diagonal(L).log().sum()
+                (residual * alpha).sum(-1)
+                + 2.0 * torch.diagonal(L, dim1=1, dim2=2).log().sum(-1)
                 + self.n * math.log(2 * math.pi)
             )
-            W = torch.cholesky_inverse(L).neg_().addr_(alpha, alpha)
-            trace_W = torch.diagonal(W).sum()
+            W = torch.cholesky_inverse(L).neg_().baddbmm_(alpha[:, :, None], alpha[:, None, :])
+            trace_W = torch.diagonal(W, dim1=1, dim2=2).sum(-1)
             V = W.mul_(K0)
-            X = self.X
-            d_lengthscale = ((X * X).T @ V.sum(1) - ((V @ X) * X).sum(0)) / scales**3
+            d_scales = ((X * X * V.sum(-1)[..., None]).sum(1) - ((V @ X) * X).sum(1)) / (
+                scales[:, 0] ** 3
+            )
             log_lengthscale, d_log_lengthscale = self.lengthscale_prior(lengthscale)
             log_noise, d_log_noise = self.noise_prior(noise)
+            log_prior = log_lengthscale.reshape(b, -1).sum(-1) + log_noise.reshape(b)
             grads = {
-                LENGTHSCALE: -(d_lengthscale.reshape(lengthscale.shape) + d_log_lengthscale),
-                NOISE: -(0.5 * trace_W + d_log_noise),
-                CONSTANT: -alpha.sum(),
+                LENGTHSCALE: -(d_scales.reshape(lengthscale.shape) + d_log_lengthscale),
+                NOISE: -(0.5 * trace_W.reshape(noise.shape) + d_log_noise),
+                CONSTANT: -alpha.sum(-1).reshape(constant.shape),
             }
-            loss = -(log_density + log_lengthscale + log_noise) / self.n
-            return loss, tuple(grads[name] / self.n for name in self.names)
+            loss = -(log_density + log_prior) / self.n
+            return loss, {name: grad / self.n for name, grad in grads.items()}
+
+
+class ClosedFormMLL(ExactMarginalLogLikelihood):
+    """gpytorch's exact marginal likelihood of a model ``applies_to`` accepts, whose loss
+    BoTorch's fit reads from ``compute_custom_loss``: each GP's loss, differentiable in the
+    hyperparameters through one autograd node with the closed-form gradient."""
+
+    def __init__(self, model: SingleTaskGP) -> None:
+        super().__init__(model.likelihood, model)
+        names = [name for name, p in self.named_parameters() if p.requires_grad]
+        self.closed_form = MarginalLikelihood(model, names)
+
+    def compute_custom_loss(self, **kwargs: Any) -> torch.Tensor:
+        model = self.model
+        return _Losses.apply(
+            self.closed_form,
+            model.covar_module.raw_lengthscale,
+            model.likelihood.noise_covar.raw_noise,
+            model.mean_module.raw_constant,
+        )
+
+
+class _Losses(torch.autograd.Function):
+    """The GPs' losses ``(b,)`` as a function of their hyperparameters, the gradient from
+    ``MarginalLikelihood`` (each loss depends on its own GP's hyperparameters only)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        closed_form: MarginalLikelihood,
+        lengthscale: torch.Tensor,
+        noise: torch.Tensor,
+        constant: torch.Tensor,
+    ) -> torch.Tensor:
+        loss, grads = closed_form.losses_and_gradients()
+        ctx.save_for_backward(grads[LENGTHSCALE], grads[NOISE], grads[CONSTANT])
+        return loss
+
+    @staticmethod
+    @once_differentiable  # the saved gradients carry no graph
+    def backward(
+        ctx: Any, grad: torch.Tensor
+    ) -> tuple[None, torch.Tensor, torch.Tensor, torch.Tensor]:
+        d_lengthscale, d_noise, d_constant = ctx.saved_tensors
+        b = len(grad)
+        return (
+            None,
+            grad.reshape(b, *[1] * (d_lengthscale.ndim - 1)) * d_lengthscale,
+            grad.reshape(b, *[1] * (d_noise.ndim - 1)) * d_noise,
+            grad.reshape(b, *[1] * (d_constant.ndim - 1)) * d_constant,
+        )
 
 
 class _LogNormal:
-    """A log-normal prior's summed log density at ``x`` and its derivative at each element, in
+    """A log-normal prior's log density at each element of ``x`` and its derivative there, in
     torch.distributions' order of operations: the prior's ``loc`` and ``scale`` may be
     float32, and its variance and log scale are then rounded in float32, as there (computed
     once, not at every evaluation)."""
@@ -124,4 +214,4 @@ class _LogNormal:
         log_x = x.log()
         deviation = log_x - self.loc
         log_density = (-(deviation**2) / (2 * self.variance) - self.constant) - log_x
-        return log_density.sum(), -(deviation / self.variance + 1.0) / x
+        return log_density, -(deviation / self.variance + 1.0) / x

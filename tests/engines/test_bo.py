@@ -28,7 +28,7 @@ from engines.bo import (
     training_data,
     unfilled,
 )
-from engines.gp_likelihood import MarginalLikelihood, applies_to
+from engines.gp_likelihood import ClosedFormMLL, MarginalLikelihood, applies_to
 from engines.quasirandom import SobolStream
 from engines.sample_paths import SamplePaths
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
@@ -105,6 +105,44 @@ def test_the_closed_form_likelihood_and_its_gradient_are_gpytorchs():
     for g, e in zip(grads, expected_grads, strict=True):
         assert g.shape == e.shape
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-7, atol=1e-10)
+
+
+def test_a_batch_of_gps_has_each_members_likelihood_and_gradient():
+    X, y = _smooth_data(25, 3)
+    Y = torch.cat([y, torch.sin(6 * X[:, :1]), X[:, 1:2] ** 2], dim=1)
+    model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=3))
+    reference = ExactMarginalLogLikelihood(model.likelihood, model)
+    reference.train()
+    with torch.no_grad():
+        model.covar_module.lengthscale = torch.tensor(
+            [[[0.2, 0.7, 2.0]], [[1.0, 0.1, 0.4]], [[3.0, 3.0, 0.3]]]
+        )
+        model.likelihood.noise = torch.tensor([[0.05], [0.2], [0.001]])
+        model.mean_module.constant.copy_(torch.tensor([0.3, -0.1, 0.0]))
+    params = [p for p in reference.parameters() if p.requires_grad]
+    expected = -reference(model(*model.train_inputs), model.train_targets)  # (3,)
+    expected_grads = torch.autograd.grad(expected.sum(), params)
+    mll = ClosedFormMLL(model)
+    losses = mll.compute_custom_loss()
+    grads = torch.autograd.grad(losses.sum(), params)
+    np.testing.assert_allclose(losses.detach(), expected.detach(), rtol=1e-10)
+    for g, e in zip(grads, expected_grads, strict=True):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-7, atol=1e-10)
+
+
+def test_fit_gp_of_several_columns_reaches_botorchs_batched_optimum():
+    X, y = _smooth_data(40, 3)
+    Y = torch.cat([y, torch.sin(6 * X[:, :1])], dim=1)
+    with seeded(0, False):
+        model = fit_gp(X, Y.numpy(), [])
+    reference = SingleTaskGP(X, Y, outcome_transform=Standardize(m=2))
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(reference.likelihood, reference))
+    np.testing.assert_allclose(
+        model.covar_module.lengthscale.detach().numpy(),
+        reference.covar_module.lengthscale.detach().numpy(),
+        rtol=1e-2,
+    )
 
 
 def test_the_closed_form_likelihood_applies_only_to_the_default_priors():
