@@ -165,13 +165,13 @@ def fit_gp(
         model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
     if start is not None:
         start(model)
-    mll = ExactMarginalLogLikelihood(model.likelihood, model)
-    names = [name for name, p in mll.named_parameters() if p.requires_grad]
+    mll: ExactMarginalLogLikelihood = ExactMarginalLogLikelihood(model.likelihood, model)
     closure = None
-    if gp_likelihood.applies_to(model, names):
+    if gp_likelihood.applies_to(model):
         mll = gp_likelihood.ClosedFormMLL(model)
-        # One GP: the closed form's closure, without autograd; a batch: BoTorch fits each
-        # member on its own, through the marginal likelihood's custom loss.
+        # One GP: the closed form as the closure, which spares the autograd node and BoTorch's
+        # closure around it at every step; a batch: BoTorch fits each member on its own, and
+        # only its own path does, through the marginal likelihood's custom loss.
         closure = mll.closed_form if Y.shape[-1] == 1 else None
     fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
@@ -180,8 +180,8 @@ def fit_gp(
 def plain_rbf(model: SingleTaskGP) -> bool:
     """Whether the posterior written out in torch applies to this model
     (``log_expected_improvement``, ``engines.sample_paths``): one output of the modules
-    ``engines.gp_likelihood.rbf_modules`` accepts."""
-    return gp_likelihood.rbf_modules(model) and model.num_outputs == 1
+    ``engines.gp_likelihood.has_default_rbf_modules`` accepts."""
+    return gp_likelihood.has_default_rbf_modules(model) and model.num_outputs == 1
 
 
 def joint_model(models: list[SingleTaskGP]) -> Model:

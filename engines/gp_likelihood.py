@@ -26,7 +26,7 @@ value is gpytorch's; a test compares both and their gradients.
 
 A batch of ``m`` independent GPs (``fit_gp`` with several columns, as ``lcbo`` fits its
 objective and constraints) is evaluated at once, each member's loss and gradient its own:
-``MarginalLikelihood`` is the closure of a one-output fit, ``ClosedFormMLL`` the marginal
+``ClosedFormLoss`` is the closure of a one-output fit, ``ClosedFormMLL`` the marginal
 likelihood whose ``compute_custom_loss`` (BoTorch's hook for a custom loss) BoTorch's batched
 fit calls, one autograd node over the same computation.
 """
@@ -47,13 +47,13 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch.autograd.function import once_differentiable
 
 #: The parameter names of ``ExactMarginalLogLikelihood(model.likelihood, model)`` whose
-#: gradients ``MarginalLikelihood`` returns, for a model ``applies_to`` accepts.
+#: gradients ``ClosedFormLoss`` returns, for a model ``applies_to`` accepts, in any order.
 NOISE = "likelihood.noise_covar.raw_noise"
 CONSTANT = "model.mean_module.raw_constant"
 LENGTHSCALE = "model.covar_module.raw_lengthscale"
 
 
-def rbf_modules(model: SingleTaskGP) -> bool:
+def has_default_rbf_modules(model: SingleTaskGP) -> bool:
     """Whether ``model`` (one output or a batch of independent ones) is made of BoTorch's
     default modules: RBF kernel, constant mean, homoskedastic Gaussian noise, no input
     transform."""
@@ -66,16 +66,20 @@ def rbf_modules(model: SingleTaskGP) -> bool:
     )
 
 
-def applies_to(model: SingleTaskGP, names: list[str]) -> bool:
-    """Whether the closed form is the likelihood of this model, whose marginal likelihood has
-    the free parameters ``names``: the modules, parameters, priors and constraints it
+def applies_to(model: SingleTaskGP) -> bool:
+    """Whether the closed form is the likelihood of this model: the modules, free parameters
+    (one lengthscale per input coordinate, the noise, the mean), priors and constraints it
     assumes."""
-    if not rbf_modules(model):
+    if not has_default_rbf_modules(model):
         return False
     kernel, likelihood = model.covar_module, model.likelihood
+    mll = ExactMarginalLogLikelihood(likelihood, model)
+    names = [name for name, p in mll.named_parameters() if p.requires_grad]
     priors = {name: prior for name, _, prior, _, _ in model.named_priors()}  # type: ignore[operator]
     return (
         sorted(names) == sorted([NOISE, CONSTANT, LENGTHSCALE])
+        and kernel.active_dims is None
+        and kernel.raw_lengthscale.shape[-1] == model.train_inputs[0].shape[-1]
         and set(priors) == {"covar_module.lengthscale_prior", "likelihood.noise_covar.noise_prior"}
         and all(type(p) is LogNormalPrior for p in priors.values())
         and not kernel.raw_lengthscale_constraint.enforced
@@ -83,7 +87,7 @@ def applies_to(model: SingleTaskGP, names: list[str]) -> bool:
     )
 
 
-class MarginalLikelihood:
+class ClosedFormLoss:
     """The loss of each GP of ``model`` (one, or a batch of ``m``) at its current
     hyperparameters with its gradients; called with no arguments, a closure for
     ``botorch.fit.fit_gpytorch_mll``: the summed loss and the gradients in the order of
@@ -156,9 +160,12 @@ class ClosedFormMLL(ExactMarginalLogLikelihood):
     def __init__(self, model: SingleTaskGP) -> None:
         super().__init__(model.likelihood, model)
         names = [name for name, p in self.named_parameters() if p.requires_grad]
-        self.closed_form = MarginalLikelihood(model, names)
+        self.closed_form = ClosedFormLoss(model, names)
 
     def compute_custom_loss(self, **kwargs: Any) -> torch.Tensor:
+        """Each GP's loss ``(b,)`` (BoTorch's batched fit sums them and differentiates the
+        sum); BoTorch's keyword arguments are for losses that take data, which this one
+        reads from the model."""
         model = self.model
         return _Losses.apply(
             self.closed_form,
@@ -170,16 +177,18 @@ class ClosedFormMLL(ExactMarginalLogLikelihood):
 
 class _Losses(torch.autograd.Function):
     """The GPs' losses ``(b,)`` as a function of their hyperparameters, the gradient from
-    ``MarginalLikelihood`` (each loss depends on its own GP's hyperparameters only)."""
+    ``ClosedFormLoss`` (each loss depends on its own GP's hyperparameters only)."""
 
     @staticmethod
     def forward(
         ctx: Any,
-        closed_form: MarginalLikelihood,
+        closed_form: ClosedFormLoss,
         lengthscale: torch.Tensor,
         noise: torch.Tensor,
         constant: torch.Tensor,
     ) -> torch.Tensor:
+        # The hyperparameters are passed only so that autograd routes their gradients here;
+        # ``closed_form`` reads the same tensors from the model.
         loss, grads = closed_form.losses_and_gradients()
         ctx.save_for_backward(grads[LENGTHSCALE], grads[NOISE], grads[CONSTANT])
         return loss

@@ -334,8 +334,9 @@ class LCBOEngine(ModelBasedEngine):
         """One GP per column of ``columns: (n, 1 + k)`` on ``X: (n, d)``, started from the
         hyperparameters in ``warm`` when they fit this problem. The GPs are independent but
         fitted as one batch (``bo.fit_gp`` with several columns): each L-BFGS step evaluates
-        every GP's likelihood in one gpytorch call, whose overhead dominates at these sizes,
-        where separate fits pay it once per GP."""
+        every GP's likelihood and gradient in one closed-form call (``engines.gp_likelihood``),
+        whose per-call overhead dominates at these sizes, where separate fits pay it once per
+        GP."""
         n_models, d = columns.shape[1], X.shape[1]
         usable = warm is not None and len(warm) == n_models and all(len(h) == d + 1 for h in warm)
         start = warm_start(warm) if usable and warm is not None else None

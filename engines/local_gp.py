@@ -1,7 +1,8 @@
 """The local GP surrogate of the ``lcbo`` engine: posterior, gradient information, merit, KKT.
 
 ``LocalGP`` holds a fitted BoTorch GP (``engines.bo.fit_gp``) in standardized units, with the
-posterior written out so that torch autograd gives its gradients (the kernel too: BoTorch's
+posterior written out so that torch autograd gives its gradients, or, for the mean and
+standard deviation, ``moments_and_gradients`` in closed form (the kernel too: BoTorch's
 default RBF, ``k(a, b) = exp(-||(a - b) / l||^2 / 2)``, evaluated directly, because gpytorch's
 kernel call costs about a millisecond of Python per evaluation and the descent makes
 thousands)::
@@ -44,8 +45,8 @@ _AT_BOUND = 1e-6
 
 
 class LocalGP:
-    """A fitted GP in standardized units: its posterior, with gradients by autograd, and the
-    gradient information of extra points (module docstring)."""
+    """A fitted GP in standardized units: its posterior, with gradients by autograd or in
+    closed form, and the gradient information of extra points (module docstring)."""
 
     def __init__(self, model: SingleTaskGP, output: int = 0) -> None:
         """The GP of output ``output`` of ``model`` (a batch of independent GPs when it has

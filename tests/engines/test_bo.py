@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -11,8 +12,10 @@ from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
+from gpytorch.constraints import GreaterThan
+from gpytorch.kernels import RBFKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from gpytorch.priors import GammaPrior
+from gpytorch.priors import GammaPrior, LogNormalPrior
 
 from engines.base import History, Problem
 from engines.bo import (
@@ -28,7 +31,7 @@ from engines.bo import (
     training_data,
     unfilled,
 )
-from engines.gp_likelihood import ClosedFormMLL, MarginalLikelihood, applies_to
+from engines.gp_likelihood import ClosedFormLoss, ClosedFormMLL, applies_to
 from engines.quasirandom import SobolStream
 from engines.sample_paths import SamplePaths
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
@@ -93,14 +96,14 @@ def test_the_closed_form_likelihood_and_its_gradient_are_gpytorchs():
     mll.train()
     named = [(name, p) for name, p in mll.named_parameters() if p.requires_grad]
     names, params = [name for name, _ in named], [p for _, p in named]
-    assert applies_to(model, names)
+    assert applies_to(model)
     with torch.no_grad():  # away from the initial values, where priors and data disagree
         model.covar_module.lengthscale = torch.tensor([[0.2, 0.7, 2.0]])
         model.likelihood.noise = torch.tensor([0.05])
         model.mean_module.constant.fill_(0.3)
     expected = -mll(model(*model.train_inputs), model.train_targets)
     expected_grads = torch.autograd.grad(expected, params)
-    loss, grads = MarginalLikelihood(model, names)()
+    loss, grads = ClosedFormLoss(model, names)()
     assert float(loss) == pytest.approx(float(expected), rel=1e-10)
     for g, e in zip(grads, expected_grads, strict=True):
         assert g.shape == e.shape
@@ -134,8 +137,18 @@ def test_a_batch_of_gps_has_each_members_likelihood_and_gradient():
 def test_fit_gp_of_several_columns_reaches_botorchs_batched_optimum():
     X, y = _smooth_data(40, 3)
     Y = torch.cat([y, torch.sin(6 * X[:, :1])], dim=1)
-    with seeded(0, False):
+    calls = []
+    custom_loss = ClosedFormMLL.compute_custom_loss
+    with (
+        seeded(0, False),
+        patch.object(
+            ClosedFormMLL,
+            "compute_custom_loss",
+            lambda self, **kw: calls.append(1) or custom_loss(self, **kw),
+        ),
+    ):
         model = fit_gp(X, Y.numpy(), [])
+    assert calls  # BoTorch's batched fit evaluated the closed form
     reference = SingleTaskGP(X, Y, outcome_transform=Standardize(m=2))
     fit_gpytorch_mll(ExactMarginalLogLikelihood(reference.likelihood, reference))
     np.testing.assert_allclose(
@@ -145,15 +158,20 @@ def test_fit_gp_of_several_columns_reaches_botorchs_batched_optimum():
     )
 
 
-def test_the_closed_form_likelihood_applies_only_to_the_default_priors():
+def test_the_closed_form_likelihood_applies_only_to_the_default_priors_and_ard():
     X, y = _smooth_data(10, 2)
     model = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
-    names = [n for n, p in ExactMarginalLogLikelihood(model.likelihood, model).named_parameters()]
-    assert applies_to(model, names)
+    assert applies_to(model)
     model.covar_module.register_prior(
         "lengthscale_prior", GammaPrior(3.0, 6.0), lambda m: m.lengthscale
     )
-    assert not applies_to(model, names)
+    assert not applies_to(model)
+    kernel = RBFKernel(  # one lengthscale for both coordinates, otherwise as BoTorch's
+        lengthscale_prior=LogNormalPrior(1.0, 1.0),
+        lengthscale_constraint=GreaterThan(0.025, transform=None),
+    )
+    shared = SingleTaskGP(X, y, covar_module=kernel)
+    assert not applies_to(shared)
 
 
 def test_fit_gp_reaches_gpytorchs_optimum():
@@ -168,7 +186,7 @@ def test_fit_gp_reaches_gpytorchs_optimum():
         rtol=1e-2,
     )
     names = [n for n, _ in ExactMarginalLogLikelihood(model.likelihood, model).named_parameters()]
-    loss, reference_loss = (MarginalLikelihood(m, names)()[0] for m in (model, reference))
+    loss, reference_loss = (ClosedFormLoss(m, names)()[0] for m in (model, reference))
     assert float(loss) == pytest.approx(float(reference_loss), abs=1e-5)
 
 

@@ -147,10 +147,11 @@ def test_a_slow_study_freezes_nothing_else(
         gave_up = outcomes.count("gave up")
         # Two processes each run one ask and queue QUEUE: every other ask is turned away, but
         # for those that found a place freed by an ask that had already been answered, and one
-        # more: a place freed by a client giving up can go to an ask of the burst that reached
-        # the server late (seen once in four full runs on a loaded machine).
+        # more per process: a place freed by a client giving up can go to an ask of the burst
+        # that reached the server late (seen in about one full run in four on a loaded
+        # machine, one ask over).
         answered = [o for o in outcomes if isinstance(o, httpx.Response) and o.status_code == 200]
-        assert len(busy) >= ASKS - 2 * (QUEUE + 1) - len(answered) - 1, outcomes
+        assert len(busy) >= ASKS - 2 * (QUEUE + 1) - len(answered) - 2, outcomes
         for response in busy:
             assert response.json()["code"] == "study_busy"
             assert int(response.headers["Retry-After"]) >= 1
