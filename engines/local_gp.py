@@ -42,6 +42,8 @@ from scipy.optimize import nnls
 _ACTIVE = 0.1
 #: A coordinate this close to 0 or 1 is on its bound.
 _AT_BOUND = 1e-6
+#: The largest ``(a, b, d)`` array of differences ``LocalGP.k`` builds (32 MB in float64).
+_DIFFERENCES_MAX = 2**22
 
 
 class LocalGP:
@@ -72,10 +74,15 @@ class LocalGP:
             self.alpha = torch.cholesky_solve(resid, self.L).squeeze(-1)
 
     def k(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        """``(a, b)``: the kernel between the rows of ``A: (a, d)`` and ``B: (b, d)``. The
-        squared distances come from the norms and one product, centred as gpytorch does: the
-        differences themselves would be an ``(a, b, d)`` array, 2 GB for 500 conditioning
-        points, 5,000 candidates and d = 100."""
+        """``(a, b)``: the kernel between the rows of ``A: (a, d)`` and ``B: (b, d)``. Small
+        arrays take the differences themselves (exact, and the fewest operations for the
+        descent's thousands of small calls); above ``_DIFFERENCES_MAX`` numbers the squared
+        distances come from the norms and one product, centred as gpytorch does, since the
+        ``(a, b, d)`` differences of 500 conditioning points, 5,000 candidates and d = 100
+        would take 2 GB."""
+        if A.shape[0] * B.shape[0] * A.shape[1] <= _DIFFERENCES_MAX:
+            scaled = (A[:, None, :] - B[None, :, :]) / self.lengthscale
+            return torch.exp(-0.5 * (scaled * scaled).sum(-1))
         centre = B.mean(0)
         ZA, ZB = (A - centre) / self.lengthscale, (B - centre) / self.lengthscale
         square = (ZA * ZA).sum(-1)[:, None] + (ZB * ZB).sum(-1)[None, :] - 2.0 * ZA @ ZB.T

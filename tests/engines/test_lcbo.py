@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.stats import qmc
 
-from engines import bo
+from engines import bo, local_gp
 from engines.base import History, Problem
 from engines.bo import fit_gp, seeded
 from engines.errors import EngineOptionsError, EngineUnsupported
@@ -298,3 +298,12 @@ def test_model_points_carry_the_penalty_kkt_residual_and_feasibility_of_the_ask(
         assert detail["kkt_residual"] == state["kkt_residual"] is not None
         assert detail["gradient_std"] == state["gradient_std"] is not None
         assert detail["iterate_violation"] == state["iterate_violation"] == 0.0
+
+
+def test_the_kernel_of_large_arrays_from_the_norms_equals_the_differences():
+    X = _sobol(40, 30)
+    (gp,) = _local_gps(X, _convex(X)[:, None])
+    A, B = torch.rand(300, 40, dtype=torch.float64), torch.rand(400, 40, dtype=torch.float64)
+    assert A.shape[0] * B.shape[0] * A.shape[1] > local_gp._DIFFERENCES_MAX
+    scaled = (A[:, None, :] - B[None, :, :]) / gp.lengthscale
+    np.testing.assert_allclose(gp.k(A, B), torch.exp(-0.5 * (scaled * scaled).sum(-1)), atol=1e-12)
