@@ -89,6 +89,19 @@ def _smooth_data(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
     return X, y.unsqueeze(-1)
 
 
+def _botorchs_fit_agrees(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor) -> SingleTaskGP:
+    """BoTorch's own fit of the GP(s) of ``Y: (n, m)``, after asserting that ``model``'s
+    lengthscales are within 1 % of its."""
+    reference = SingleTaskGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(reference.likelihood, reference))
+    np.testing.assert_allclose(
+        model.covar_module.lengthscale.detach().numpy(),
+        reference.covar_module.lengthscale.detach().numpy(),
+        rtol=1e-2,
+    )
+    return reference
+
+
 def test_the_closed_form_likelihood_and_its_gradient_are_gpytorchs():
     X, y = _smooth_data(30, 3)
     model = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
@@ -149,13 +162,7 @@ def test_fit_gp_of_several_columns_reaches_botorchs_batched_optimum():
     ):
         model = fit_gp(X, Y.numpy(), [])
     assert calls  # BoTorch's batched fit evaluated the closed form
-    reference = SingleTaskGP(X, Y, outcome_transform=Standardize(m=2))
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(reference.likelihood, reference))
-    np.testing.assert_allclose(
-        model.covar_module.lengthscale.detach().numpy(),
-        reference.covar_module.lengthscale.detach().numpy(),
-        rtol=1e-2,
-    )
+    _botorchs_fit_agrees(model, X, Y)
 
 
 def test_the_closed_form_likelihood_applies_only_to_the_default_priors_and_ard():
@@ -178,13 +185,7 @@ def test_fit_gp_reaches_gpytorchs_optimum():
     X, y = _smooth_data(40, 4)
     with seeded(0, False):
         model = fit_gp(X, y[:, 0].numpy(), [])
-    reference = SingleTaskGP(X, y, outcome_transform=Standardize(m=1))
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(reference.likelihood, reference))
-    np.testing.assert_allclose(
-        model.covar_module.lengthscale.detach().numpy(),
-        reference.covar_module.lengthscale.detach().numpy(),
-        rtol=1e-2,
-    )
+    reference = _botorchs_fit_agrees(model, X, y)
     names = [n for n, _ in ExactMarginalLogLikelihood(model.likelihood, model).named_parameters()]
     loss, reference_loss = (ClosedFormLoss(m, names)()[0] for m in (model, reference))
     assert float(loss) == pytest.approx(float(reference_loss), abs=1e-5)
