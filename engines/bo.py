@@ -165,7 +165,7 @@ def fit_gp(
         model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
     if start is not None:
         start(model)
-    mll: ExactMarginalLogLikelihood = ExactMarginalLogLikelihood(model.likelihood, model)
+    mll: ExactMarginalLogLikelihood
     closure = None
     if gp_likelihood.applies_to(model):
         mll = gp_likelihood.ClosedFormMLL(model)
@@ -173,6 +173,8 @@ def fit_gp(
         # closure around it at every step; a batch: BoTorch fits each member on its own, and
         # only its own path does, through the marginal likelihood's custom loss.
         closure = mll.closed_form if Y.shape[-1] == 1 else None
+    else:
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
     fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 

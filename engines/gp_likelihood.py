@@ -73,11 +73,10 @@ def applies_to(model: SingleTaskGP) -> bool:
     if not has_default_rbf_modules(model):
         return False
     kernel, likelihood = model.covar_module, model.likelihood
-    mll = ExactMarginalLogLikelihood(likelihood, model)
-    names = [name for name, p in mll.named_parameters() if p.requires_grad]
+    free = [name.rsplit(".", 1)[-1] for name, p in model.named_parameters() if p.requires_grad]
     priors = {name: prior for name, _, prior, _, _ in model.named_priors()}  # type: ignore[operator]
     return (
-        sorted(names) == sorted([NOISE, CONSTANT, LENGTHSCALE])
+        sorted(free) == ["raw_constant", "raw_lengthscale", "raw_noise"]
         and kernel.active_dims is None
         and kernel.raw_lengthscale.shape[-1] == model.train_inputs[0].shape[-1]
         and set(priors) == {"covar_module.lengthscale_prior", "likelihood.noise_covar.noise_prior"}
@@ -198,14 +197,10 @@ class _Losses(torch.autograd.Function):
     def backward(
         ctx: Any, grad: torch.Tensor
     ) -> tuple[None, torch.Tensor, torch.Tensor, torch.Tensor]:
-        d_lengthscale, d_noise, d_constant = ctx.saved_tensors
-        b = len(grad)
-        return (
-            None,
-            grad.reshape(b, *[1] * (d_lengthscale.ndim - 1)) * d_lengthscale,
-            grad.reshape(b, *[1] * (d_noise.ndim - 1)) * d_noise,
-            grad.reshape(b, *[1] * (d_constant.ndim - 1)) * d_constant,
+        d_lengthscale, d_noise, d_constant = (
+            grad.reshape(len(grad), *[1] * (d.ndim - 1)) * d for d in ctx.saved_tensors
         )
+        return None, d_lengthscale, d_noise, d_constant
 
 
 class _LogNormal:

@@ -46,6 +46,16 @@ _AT_BOUND = 1e-6
 _DIFFERENCES_MAX = 2**22
 
 
+def rbf(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``exp(-|a - b|^2 / 2)`` for the rows of ``A: (..., N, d)`` and ``B: (..., n, d)``
+    (inputs already divided by the lengthscales), the squared distances from the norms and one
+    product, without an ``(N, n, d)`` array."""
+    square = (
+        (A * A).sum(-1)[..., :, None] + (B * B).sum(-1)[..., None, :] - 2 * A @ B.transpose(-1, -2)
+    )
+    return torch.exp(-0.5 * square.clamp_min(0.0))
+
+
 class LocalGP:
     """A fitted GP in standardized units: its posterior, with gradients by autograd or in
     closed form, and the gradient information of extra points (module docstring)."""
@@ -84,9 +94,7 @@ class LocalGP:
             scaled = (A[:, None, :] - B[None, :, :]) / self.lengthscale
             return torch.exp(-0.5 * (scaled * scaled).sum(-1))
         centre = B.mean(0)
-        ZA, ZB = (A - centre) / self.lengthscale, (B - centre) / self.lengthscale
-        square = (ZA * ZA).sum(-1)[:, None] + (ZB * ZB).sum(-1)[None, :] - 2.0 * ZA @ ZB.T
-        return torch.exp(-0.5 * square.clamp_min(0.0))
+        return rbf((A - centre) / self.lengthscale, (B - centre) / self.lengthscale)
 
     def mean(self, Z: torch.Tensor) -> torch.Tensor:
         """Standardized posterior mean at ``Z: (s, d)``, ``(s,)``."""

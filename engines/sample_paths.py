@@ -29,6 +29,7 @@ from scipy.optimize import minimize
 from torch.quasirandom import SobolEngine
 
 from engines.bo import plain_rbf, stacked_hyperparameters
+from engines.local_gp import rbf
 
 #: ``thompson_points``: random Fourier features per sample path; candidates each path is scored
 #: on, half Sobol points, half Gaussian perturbations (this deviation, in the unit cube) of the
@@ -73,9 +74,7 @@ class SamplePaths:
         self.phase = 2 * math.pi * torch.rand(G, 1, 1, num_features, dtype=dtype)
         self.weight = math.sqrt(2 / num_features) * torch.randn(G, S, num_features, dtype=dtype)
         self.Z_train = (X / self.lengthscale[:, None, :])[:, None]  # (G, 1, n, d)
-        K = _rbf(self.Z_train, self.Z_train)[:, 0] + noise[:, None, None] * torch.eye(
-            n, dtype=dtype
-        )
+        K = rbf(self.Z_train, self.Z_train)[:, 0] + noise[:, None, None] * torch.eye(n, dtype=dtype)
         targets = torch.stack([m.train_targets for m in models])[:, None, :]  # (G, 1, n)
         errors = noise.sqrt()[:, None, None] * torch.randn(G, S, n, dtype=dtype)
         residual = targets - self.constant[:, None, None] - self._prior(self.Z_train) - errors
@@ -91,7 +90,7 @@ class SamplePaths:
         chunk = max(1, 2**24 // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
         parts = []
         for Zc in torch.split(Z, chunk, dim=2):
-            kernel = _rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
+            kernel = rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
             parts.append(self._prior(Zc) + self._update(kernel))
         values = self.constant[:, None, None] + torch.cat(parts, dim=2)  # (G, S, N)
         return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
@@ -108,14 +107,6 @@ class SamplePaths:
         if Z.shape[1] == 1:  # the same points for every path: one product for all
             return (features[:, 0] @ self.weight.transpose(1, 2)).transpose(1, 2)
         return (features @ self.weight[..., None])[..., 0]
-
-
-def _rbf(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """``exp(-|a - b|^2 / 2)`` for the rows of ``A: (..., N, d)`` and ``B: (..., n, d)``."""
-    square = (
-        (A * A).sum(-1)[..., :, None] + (B * B).sum(-1)[..., None, :] - 2 * A @ B.transpose(-1, -2)
-    )
-    return torch.exp(-0.5 * square.clamp_min(0.0))
 
 
 def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np.ndarray:
