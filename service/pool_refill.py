@@ -210,15 +210,17 @@ def refill(store: Store, tenant_id: int, study_id: int, last: Pace | None = None
                 study: Row = study,
                 history: History = history,
                 proposal: Proposal = proposal,
-            ) -> None:
-                _store(c, tenant_id, study, history, proposal)
+            ) -> bool:
+                return _store(c, tenant_id, study, history, proposal)
 
             try:
-                store.db.write(store_batch)
+                stored = store.db.write(store_batch)
             except _VersionMoved:
                 time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 6)))
                 continue
             except ApiError:  # deleted, paused or completed meanwhile
+                return None
+            if not stored:
                 return None
             return Pace(read_at, finished, time.monotonic() - read_at)
     log.warning(
@@ -265,14 +267,20 @@ def _snapshot(
 
 def _store(
     conn: Connection, tenant_id: int, study: Row, history: History, proposal: Proposal
-) -> None:
+) -> bool:
+    """Store the pool and the engine state; False, storing nothing, when ``max_staleness``
+    became 0 while the refill computed (an ask then runs the engine from the state it sees)."""
     columns = ("state", "ask_count")
     row = find_study(
         conn, tenant_id, study.id, for_update=True, require_active=True, columns=columns
     )
     if row.ask_count != study.ask_count:
         raise _VersionMoved
+    # Read under the row lock a settings change takes (``studies.update_study``).
+    if suggestion_pool.max_staleness(conn, study.id) == 0:
+        return False
     now = utcnow()
     suggestion_pool.replace_pool(conn, study.id, proposal, history, study.revision)
     params: dict[str, Any] = {"study_id": study.id, "now": now, "engine_state": proposal.state}
     conn.execute(_STUDY_AFTER_REFILL, params)
+    return True

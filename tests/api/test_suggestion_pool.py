@@ -213,6 +213,27 @@ def test_max_staleness_zero_never_serves_from_the_pool(pooled):
     assert refill(http.store, DEFAULT_TENANT_ID, sid)
 
 
+def test_a_refill_that_ends_after_max_staleness_became_zero_stores_nothing(pooled, monkeypatch):
+    """The setting changes while the refill computes: neither its pool nor its engine state is
+    stored, so the next ask runs the engine from the state the change left."""
+    http = pooled
+    sid = _study(http)
+    _ask(http, sid)
+    version = _version(http, sid)
+    compute = pool_refill.suggest
+
+    def suggest_then_switch_off(*args, **kwargs):
+        proposal = compute(*args, **kwargs)
+        r = http.patch(f"/v1/studies/{sid}", json={"max_staleness": 0})
+        assert r.status_code == 200, r.text
+        return proposal
+
+    monkeypatch.setattr(pool_refill, "suggest", suggest_then_switch_off)
+    assert refill(http.store, DEFAULT_TENANT_ID, sid) is None
+    assert _pool(http, sid) == []
+    assert _version(http, sid) == version
+
+
 def test_a_pooled_point_told_since_is_dropped(pooled):
     http = pooled
     sid = _study(http)
