@@ -19,6 +19,7 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,7 +84,10 @@ class SamplePaths:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``(S, N, G)``: every path at ``x``, ``(N, d)`` or, one set per path, ``(S, N, d)``;
-        differentiable in ``x``."""
+        differentiable in ``x`` (per-path points: by the closed-form gradient,
+        ``values_and_gradients``)."""
+        if x.dim() == 3 and x.requires_grad and torch.is_grad_enabled():
+            return _PathValues.apply(x, self)
         # (G, 1, N, d) for the same points on every path, else (G, S, N, d).
         Z = x.to(self.lengthscale.dtype)[None] / self.lengthscale[:, None, None, :]
         # Chunks of points: their (G, S or 1, chunk, F) features stay under 2^24 numbers.
@@ -94,6 +98,38 @@ class SamplePaths:
             parts.append(self._prior(Zc) + self._update(kernel))
         values = self.constant[:, None, None] + torch.cat(parts, dim=2)  # (G, S, N)
         return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
+
+    def values_and_gradients(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(S, N, G)`` values and ``(S, N, G, d)`` gradients of every path at its own points
+        ``x: (S, N, d)``, in closed form: with ``z = x / l``,
+        ``dg/dz = -sqrt(2 / F) sum_i w_i sin(o_i . z + b_i) o_i`` and, for the update
+        ``sum_j v_j k(z, z_j)``, ``sum_j v_j k(z, z_j) (z_j - z)``; both times ``y_std / l``.
+        One pass instead of autograd's graph: half the work of a refinement step."""
+        x = x.to(self.lengthscale.dtype)
+        Z = x[None] / self.lengthscale[:, None, None, :]  # (G, S, N, d)
+        G, S, _, d = Z.shape
+        omega, weight = self.omega[:, 0], self.weight[:, :, None, :]  # (G, F, d), (G, S, 1, F)
+        F = omega.shape[1]
+        chunk = max(1, 2**24 // (G * S * F))
+        values, slopes = [], []
+        for Zc in torch.split(Z, chunk, dim=2):
+            # All points of a GP in one product (a batch per path is many tiny products).
+            angle = (Zc.reshape(G, -1, d) @ omega.transpose(1, 2)).reshape(G, S, -1, F)
+            angle += self.phase
+            prior = (torch.cos(angle) * weight).sum(-1)  # (G, S, chunk)
+            sine = angle.sin_().mul_(weight).reshape(G, -1, F)
+            prior_slope = -(sine @ omega).reshape(Zc.shape)
+            weighted = rbf(Zc, self.Z_train) * self.update.transpose(1, 2)[:, :, None, :]
+            update = weighted.sum(-1)  # (G, S, chunk)
+            update_slope = weighted @ self.Z_train - Zc * update[..., None]
+            values.append(prior + update)
+            slopes.append(prior_slope + update_slope)
+        scale = self.y_std[:, None, None]
+        value = self.y_mean[:, None, None] + scale * (
+            self.constant[:, None, None] + torch.cat(values, 2)
+        )
+        slope = scale[..., None] * torch.cat(slopes, 2) / self.lengthscale[:, None, None, :]
+        return value.permute(1, 2, 0), slope.permute(1, 2, 0, 3)
 
     def _update(self, kernel: torch.Tensor) -> torch.Tensor:
         """``(G, S, N)``: ``k(x, X) (K + s2 I)^-1 (...)`` from ``kernel: (G, S or 1, N, n)``."""
@@ -107,6 +143,21 @@ class SamplePaths:
         if Z.shape[1] == 1:  # the same points for every path: one product for all
             return (features[:, 0] @ self.weight.transpose(1, 2)).transpose(1, 2)
         return (features @ self.weight[..., None])[..., 0]
+
+
+class _PathValues(torch.autograd.Function):
+    """``SamplePaths`` at per-path points as one autograd node over its closed-form gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, paths: SamplePaths) -> torch.Tensor:
+        values, gradients = paths.values_and_gradients(x.detach())
+        ctx.save_for_backward(gradients)
+        return values
+
+    @staticmethod
+    def backward(ctx: Any, upstream: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (gradients,) = ctx.saved_tensors  # (S, N, G, d)
+        return (upstream[..., None] * gradients).sum(-2), None
 
 
 def thompson_points(model: SingleTaskGP, count: int, bounds: torch.Tensor) -> np.ndarray:

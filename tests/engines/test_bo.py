@@ -374,6 +374,23 @@ def test_sample_paths_per_path_points_and_gradient():
         np.testing.assert_allclose(grad[..., j], numeric, rtol=1e-5, atol=1e-6)
 
 
+def test_sample_paths_closed_form_gradient_is_autograds():
+    """Per-path points take the closed-form gradient; the same points shared by every path
+    take autograd through the written-out paths: path s's gradient is the same either way."""
+    models = _two_gps()
+    with seeded(0, False):
+        paths = SamplePaths(models, 3, 256)
+    point = torch.as_tensor(np.random.default_rng(2).random((4, 3)))
+    shared = point.clone().requires_grad_(True)
+    own = point.expand(3, 4, 3).clone().requires_grad_(True)
+    weights = torch.as_tensor(np.random.default_rng(3).standard_normal((3, 4, 2)))
+    for s in range(3):
+        (grad_shared,) = torch.autograd.grad((paths(shared)[s] * weights[s]).sum(), shared)
+        (grad_own,) = torch.autograd.grad((paths(own) * weights).sum(), own)
+        np.testing.assert_allclose(grad_own[s], grad_shared, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(paths(own).detach(), paths(point).expand(3, 4, 2), rtol=1e-12)
+
+
 def test_log_ei_on_the_written_out_posterior_equals_botorchs_and_its_gradient():
     model = _two_gps()[1]
     best_f = model.posterior(model.train_inputs[0]).mean.max().detach()
