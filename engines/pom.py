@@ -37,6 +37,7 @@ References:
     [Nemhauser1978submodular] G. L. Nemhauser, L. A. Wolsey, M. L. Fisher. An analysis of
         approximations for maximizing submodular set functions. Mathematical Programming 14,
         1978.
+    [Kingma2015] D. P. Kingma, J. Ba. Adam: a method for stochastic optimization. ICLR 2015.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ _LOCAL_SIGMA = 0.05
 #: Chebyshev term ``rho`` and the weight ``beta`` of the sampled constraint violation.
 _REFINE_STEPS = 100
 _REFINE_LR = 0.02
+_ADAM_BETAS = (0.9, 0.999)
+_ADAM_EPS = 1e-8
 _AUGMENT = 0.05
 _PENALTY = 10.0
 
@@ -281,13 +284,18 @@ def _descend(
     Adam on the scalarization from the best of ``X_start`` (``values``: its path values)."""
     start_scores = _scalarized(values[:, None], scale, lo, weights, m)  # (S, K, N)
     x = X_start[start_scores.argmin(dim=-1)].clone().requires_grad_(True)  # (S, K, d)
-    optimizer = torch.optim.Adam([x], lr=_REFINE_LR)
-    for _ in range(_REFINE_STEPS):
-        optimizer.zero_grad()
+    # Adam [Kingma2015] with torch's defaults, written out: torch.optim's first use imports
+    # torch._dynamo, about a second of every new engine process's first pom ask.
+    first, second = torch.zeros_like(x), torch.zeros_like(x)
+    for step in range(1, _REFINE_STEPS + 1):
         scores = _scalarized(paths(x), scale, lo[:, 0], weights[:, :, 0], m)
-        scores.sum().backward()  # the scalarizations are independent: one backward for all
-        optimizer.step()
+        # The scalarizations are independent: one gradient of the sum for all.
+        (gradient,) = torch.autograd.grad(scores.sum(), x)
         with torch.no_grad():
+            first.mul_(_ADAM_BETAS[0]).add_(gradient, alpha=1 - _ADAM_BETAS[0])
+            second.mul_(_ADAM_BETAS[1]).addcmul_(gradient, gradient, value=1 - _ADAM_BETAS[1])
+            scaled = (second / (1 - _ADAM_BETAS[1] ** step)).sqrt_().add_(_ADAM_EPS)
+            x.addcdiv_(first, scaled, value=-_REFINE_LR / (1 - _ADAM_BETAS[0] ** step))
             x.clamp_(0.0, 1.0)
     return x.detach()
 
