@@ -103,6 +103,11 @@ from engines.quasirandom import SobolStream
 from engines.space import SearchSpace
 
 _STATE_VERSION = 1
+#: Random points the acquisition is evaluated on at once when the optimizer picks its starting
+#: points: the default ``raw_samples`` (256) in one batch, more in batches of this size (BoTorch
+#: evaluates them all at once otherwise: a qLogNEHVI over 300 observations with 1024 of them
+#: is gigabytes).
+_RAW_BATCH = 256
 
 
 @dataclass
@@ -268,7 +273,8 @@ class GPEngine(ModelBasedEngine):
                 acq, tbounds, discrete_dims=discrete_dims, cat_dims=cat_dims, options=options, **opt
             )
         else:
-            candidates, _ = optimize_acqf(acq, tbounds, sequential=True, **opt)
+            options = {"init_batch_limit": _RAW_BATCH}
+            candidates, _ = optimize_acqf(acq, tbounds, sequential=True, options=options, **opt)
         return candidates.detach().numpy().reshape(count, problem.d), acquisition
 
 

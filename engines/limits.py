@@ -8,15 +8,16 @@ up to ``observations`` completed trials, one ask at the caps stays within the st
 
 Worst cases measured with ``python -m bench.engine_caps`` (CPU seconds of one ask, peak RSS with
 the imports; d, count, n completed trials, m objectives, k constraints; the README has the
-options of each row):
+options of each row; the rows measured on 2026-12-06 on a slower machine than the others:
+``gp``'s row, over the bound, and ``pom``'s):
 
 ==========  ====  =====  =====  ===  ===  =====  =======
 engine      d     count  n      m    k    CPU s  RSS MB
 ==========  ====  =====  =====  ===  ===  =====  =======
 random      1000  1000   0      1    0    0.06   325
-gp          25    10     300    2    1    19.7   815
+gp          25    10     300    2    1    47.4   1075
 turbo-enn   1000  100    5000   1    0    2.6    882
-pom         25    20     300    3    0    20.0   615
+pom         25    20     300    3    0    9.0    646
 mwgd        20    32     300    2    1    16.5   522
 lcbo        200   10     2000   1    2    10.6   848
 ==========  ====  =====  =====  ===  ===  =====  =======

@@ -271,6 +271,29 @@ def test_multi_objective_returns_distinct_nehvi_points(reference_point) -> None:
     assert np.abs(proposal.X[:, 0] - proposal.X[:, 1]).max() < 0.25
 
 
+def test_many_raw_samples_are_scored_in_batches_of_256(monkeypatch) -> None:
+    """qLogNEHVI's memory grows with the points scored at once: 1024 raw samples go in four
+    batches, the default 256 in one."""
+    problem = Problem(floats(2), n_objectives=2)
+    batches: list[int] = []
+    make_acquisition = gp_module._acquisition
+
+    def recording(*args, **kwargs):
+        acq, name = make_acquisition(*args, **kwargs)
+        acq.register_forward_pre_hook(lambda module, inputs: batches.append(len(inputs[0])))
+        return acq, name
+
+    monkeypatch.setattr(gp_module, "_acquisition", recording)
+    X = np.random.default_rng(0).random((8, 2))
+    history = history_of(problem, X, lambda X: np.stack([X.sum(1), (1 - X).sum(1)], axis=1))
+    for raw_samples, raw_batches in ((1024, [256] * 4), (256, [256])):
+        batches.clear()
+        engine = GPEngine(raw_samples=raw_samples)
+        engine.suggest(problem, history, 1, {}, np.random.default_rng(1))
+        assert batches[: len(raw_batches)] == raw_batches
+        assert max(batches) == 256
+
+
 def test_constraint_steers_points_into_the_feasible_region() -> None:
     # Minimize -x0 + (x1 - 0.5)^2 subject to x0 - 0.6 <= 0: the unconstrained optimum (x0 = 1)
     # is infeasible; the constrained one is (0.6, 0.5) with value -0.6.
