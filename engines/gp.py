@@ -267,13 +267,13 @@ class GPEngine(ModelBasedEngine):
             "raw_samples": self.raw_samples,
             "fixed_features": fixed or None,
         }
+        options: dict[str, bool | float | int | str] = {"init_batch_limit": _RAW_BATCH}
         if discrete_dims or cat_dims:
-            options = {"max_discrete_values": self.max_discrete_levels}
+            options["max_discrete_values"] = self.max_discrete_levels
             candidates, _ = optimize_acqf_mixed_alternating(
                 acq, tbounds, discrete_dims=discrete_dims, cat_dims=cat_dims, options=options, **opt
             )
         else:
-            options = {"init_batch_limit": _RAW_BATCH}
             candidates, _ = optimize_acqf(acq, tbounds, sequential=True, options=options, **opt)
         return candidates.detach().numpy().reshape(count, problem.d), acquisition
 

@@ -4,7 +4,9 @@ Every engine states ``limits: ClassVar[WorkLimits]``: the largest dimension it t
 when a study is created) and, per ask, the largest ``count`` and ``count x d`` (checked before
 the engine runs). With its options inside their ranges (``engines.options``) and a history of
 up to ``observations`` completed trials, one ask at the caps stays within the stated bound:
-**about 30 s and 1 GB on one core** (the server runs each ask's torch on one thread).
+**about 30 s and 1 GB on one core** (the server runs each ask's torch on one thread), except
+``gp`` with several objectives and a constraint, measured over it (the table; the README says
+where its time goes).
 
 Worst cases measured with ``python -m bench.engine_caps`` (CPU seconds of one ask, peak RSS with
 the imports; d, count, n completed trials, m objectives, k constraints; the README has the

@@ -27,6 +27,7 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from scipy.optimize import minimize
+from torch.autograd.function import once_differentiable
 from torch.quasirandom import SobolEngine
 
 from engines.bo import plain_rbf, stacked_hyperparameters
@@ -86,7 +87,8 @@ class SamplePaths:
         """``(S, N, G)``: every path at ``x``, ``(N, d)`` or, one set per path, ``(S, N, d)``;
         differentiable in ``x`` (per-path points: by the closed-form gradient,
         ``values_and_gradients``)."""
-        if x.dim() == 3 and x.requires_grad and torch.is_grad_enabled():
+        own_points = x.dim() == 3 and x.shape[0] == self.weight.shape[1]
+        if own_points and x.requires_grad and torch.is_grad_enabled():
             return _PathValues.apply(x, self)
         # (G, 1, N, d) for the same points on every path, else (G, S, N, d).
         Z = x.to(self.lengthscale.dtype)[None] / self.lengthscale[:, None, None, :]
@@ -104,8 +106,9 @@ class SamplePaths:
         ``x: (S, N, d)``, in closed form: with ``z = x / l``,
         ``dg/dz = -sqrt(2 / F) sum_i w_i sin(o_i . z + b_i) o_i`` and, for the update
         ``sum_j v_j k(z, z_j)``, ``sum_j v_j k(z, z_j) (z_j - z)``; both times ``y_std / l``.
-        One pass instead of autograd's graph: half the work of a refinement step."""
-        x = x.to(self.lengthscale.dtype)
+        One pass instead of autograd's graph: half the work of a refinement step. Builds no
+        graph (the in-place sines overwrite what autograd would keep)."""
+        x = x.detach().to(self.lengthscale.dtype)
         Z = x[None] / self.lengthscale[:, None, None, :]  # (G, S, N, d)
         G, S, _, d = Z.shape
         omega, weight = self.omega[:, 0], self.weight[:, :, None, :]  # (G, F, d), (G, S, 1, F)
@@ -150,11 +153,12 @@ class _PathValues(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, paths: SamplePaths) -> torch.Tensor:
-        values, gradients = paths.values_and_gradients(x.detach())
+        values, gradients = paths.values_and_gradients(x)
         ctx.save_for_backward(gradients)
         return values
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, upstream: torch.Tensor) -> tuple[torch.Tensor, None]:
         (gradients,) = ctx.saved_tensors  # (S, N, G, d)
         return (upstream[..., None] * gradients).sum(-2), None

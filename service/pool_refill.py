@@ -9,8 +9,8 @@ at most ``suggestion_pool.MAX_BATCH``; more when trials finish faster than that 
 computes; so the pool lasts while the next refill computes) through the ask's engine call
 (``suggest_ahead``; ``service.suggest``: in an engine process, within the server's time budget;
 an abandoned call stores nothing), and in one write transaction replaces the pool and stores
-the engine state, if no ask ran the engine meanwhile
-(``ask_count`` unchanged; else it computes again).
+the engine state, if no ask ran the engine meanwhile (``ask_count`` unchanged; else it
+computes again) and ``max_staleness`` is not 0 by then (else it stores nothing).
 
 Single flight per study in a process: a refill asked while one runs makes that one run once
 more when it ends, so a burst of tells costs at most two refills. Any replica may refill.

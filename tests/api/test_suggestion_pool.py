@@ -232,6 +232,8 @@ def test_a_refill_that_ends_after_max_staleness_became_zero_stores_nothing(poole
     assert refill(http.store, DEFAULT_TENANT_ID, sid) is None
     assert _pool(http, sid) == []
     assert _version(http, sid) == version
+    (trial,) = _ask(http, sid)
+    assert "pool" not in trial["details"] and _version(http, sid) == version + 1
 
 
 def test_a_pooled_point_told_since_is_dropped(pooled):

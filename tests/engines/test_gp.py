@@ -271,10 +271,16 @@ def test_multi_objective_returns_distinct_nehvi_points(reference_point) -> None:
     assert np.abs(proposal.X[:, 0] - proposal.X[:, 1]).max() < 0.25
 
 
-def test_many_raw_samples_are_scored_in_batches_of_256(monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "space",
+    [floats(2), SearchSpace([FloatParam("a", 0, 1), IntParam("n", 0, 4)])],
+    ids=["continuous", "mixed"],
+)
+def test_many_raw_samples_are_scored_in_batches_of_256(monkeypatch, space) -> None:
     """qLogNEHVI's memory grows with the points scored at once: 1024 raw samples go in four
-    batches, the default 256 in one."""
-    problem = Problem(floats(2), n_objectives=2)
+    batches, the default 256 in one; with an integer parameter (BoTorch's mixed optimizer)
+    too."""
+    problem = Problem(space, n_objectives=2)
     batches: list[int] = []
     make_acquisition = gp_module._acquisition
 
@@ -284,7 +290,7 @@ def test_many_raw_samples_are_scored_in_batches_of_256(monkeypatch) -> None:
         return acq, name
 
     monkeypatch.setattr(gp_module, "_acquisition", recording)
-    X = np.random.default_rng(0).random((8, 2))
+    X = problem.space.snap(np.random.default_rng(0).random((8, 2)))
     history = history_of(problem, X, lambda X: np.stack([X.sum(1), (1 - X).sum(1)], axis=1))
     for raw_samples, raw_batches in ((1024, [256] * 4), (256, [256])):
         batches.clear()
