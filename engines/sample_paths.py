@@ -41,6 +41,9 @@ _TS_CANDIDATES = 2048
 _TS_LOCAL_SIGMA = 0.05
 _TS_TOP = 10
 _TS_MAXITER = 50
+#: Points are evaluated in chunks whose ``(G, S or 1, chunk, F)`` features stay under this many
+#: numbers (128 MB in float64).
+FEATURES_AT_ONCE = 2**24
 
 
 class SamplePaths:
@@ -92,8 +95,7 @@ class SamplePaths:
             return _PathValues.apply(x, self)
         # (G, 1, N, d) for the same points on every path, else (G, S, N, d).
         Z = x.to(self.lengthscale.dtype)[None] / self.lengthscale[:, None, None, :]
-        # Chunks of points: their (G, S or 1, chunk, F) features stay under 2^24 numbers.
-        chunk = max(1, 2**24 // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
+        chunk = max(1, FEATURES_AT_ONCE // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
         parts = []
         for Zc in torch.split(Z, chunk, dim=2):
             kernel = rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
@@ -113,7 +115,7 @@ class SamplePaths:
         G, S, _, d = Z.shape
         omega, weight = self.omega[:, 0], self.weight[:, :, None, :]  # (G, F, d), (G, S, 1, F)
         F = omega.shape[1]
-        chunk = max(1, 2**24 // (G * S * F))
+        chunk = max(1, FEATURES_AT_ONCE // (G * S * F))
         values, slopes = [], []
         for Zc in torch.split(Z, chunk, dim=2):
             # All points of a GP in one product (a batch per path is many tiny products).

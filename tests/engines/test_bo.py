@@ -17,6 +17,7 @@ from gpytorch.kernels import RBFKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import GammaPrior, LogNormalPrior
 
+from engines import sample_paths
 from engines.base import History, Problem
 from engines.bo import (
     failure,
@@ -389,6 +390,25 @@ def test_sample_paths_closed_form_gradient_is_autograds():
         (grad_shared,) = torch.autograd.grad((paths(shared)[s] * weights[s]).sum(), shared)
         np.testing.assert_allclose(grad_own[s], grad_shared, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(paths(own).detach(), paths(point).expand(3, 4, 2), rtol=1e-12)
+
+
+def test_sample_paths_closed_form_in_chunks_and_in_float32(monkeypatch):
+    """Points evaluated a few at a time give the values and gradients of all at once; a
+    float32 input gets its gradient in float32."""
+    models = _two_gps()
+    with seeded(0, False):
+        paths = SamplePaths(models, 3, 256)
+    points = torch.as_tensor(np.random.default_rng(4).random((3, 5, 3)))
+    values, gradients = paths.values_and_gradients(points)
+    # 2 GPs x 3 paths x 256 features x 2 points per chunk: chunks of 2, 2 and 1 points.
+    monkeypatch.setattr(sample_paths, "FEATURES_AT_ONCE", 2 * 3 * 256 * 2)
+    chunked_values, chunked_gradients = paths.values_and_gradients(points)
+    np.testing.assert_allclose(chunked_values, values, rtol=1e-12)
+    np.testing.assert_allclose(chunked_gradients, gradients, rtol=1e-10, atol=1e-12)
+    x = points.float().requires_grad_(True)
+    (grad,) = torch.autograd.grad(paths(x).sum(), x)
+    assert grad.dtype == torch.float32
+    np.testing.assert_allclose(grad, gradients.sum(-2).float(), rtol=1e-4, atol=1e-5)
 
 
 def test_log_ei_on_the_written_out_posterior_equals_botorchs_and_its_gradient():
