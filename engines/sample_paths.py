@@ -95,13 +95,11 @@ class SamplePaths:
             return _PathValues.apply(x, self)
         # (G, 1, N, d) for the same points on every path, else (G, S, N, d).
         Z = x.to(self.lengthscale.dtype)[None] / self.lengthscale[:, None, None, :]
-        chunk = max(1, FEATURES_AT_ONCE // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
         parts = []
-        for Zc in torch.split(Z, chunk, dim=2):
+        for Zc in self._chunks(Z):
             kernel = rbf(Zc, self.Z_train)  # (G, S or 1, chunk, n)
             parts.append(self._prior(Zc) + self._update(kernel))
-        values = self.constant[:, None, None] + torch.cat(parts, dim=2)  # (G, S, N)
-        return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
+        return self._outputs(torch.cat(parts, dim=2))
 
     def values_and_gradients(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(S, N, G)`` values and ``(S, N, G, d)`` gradients of every path at its own points
@@ -115,9 +113,8 @@ class SamplePaths:
         G, S, _, d = Z.shape
         omega, weight = self.omega[:, 0], self.weight[:, :, None, :]  # (G, F, d), (G, S, 1, F)
         F = omega.shape[1]
-        chunk = max(1, FEATURES_AT_ONCE // (G * S * F))
         values, slopes = [], []
-        for Zc in torch.split(Z, chunk, dim=2):
+        for Zc in self._chunks(Z):
             # All points of a GP in one product (a batch per path is many tiny products).
             angle = (Zc.reshape(G, -1, d) @ omega.transpose(1, 2)).reshape(G, S, -1, F)
             angle += self.phase
@@ -129,12 +126,21 @@ class SamplePaths:
             update_slope = weighted @ self.Z_train - Zc * update[..., None]
             values.append(prior + update)
             slopes.append(prior_slope + update_slope)
-        scale = self.y_std[:, None, None]
-        value = self.y_mean[:, None, None] + scale * (
-            self.constant[:, None, None] + torch.cat(values, 2)
-        )
-        slope = scale[..., None] * torch.cat(slopes, 2) / self.lengthscale[:, None, None, :]
-        return value.permute(1, 2, 0), slope.permute(1, 2, 0, 3)
+        scale = self.y_std[:, None, None, None] / self.lengthscale[:, None, None, :]
+        slope = scale * torch.cat(slopes, 2)  # (G, S, N, d)
+        return self._outputs(torch.cat(values, 2)), slope.permute(1, 2, 0, 3)
+
+    def _chunks(self, Z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``Z: (G, S or 1, N, d)`` split along the points so that each chunk's features
+        ``(G, S or 1, chunk, F)`` stay under ``FEATURES_AT_ONCE`` numbers."""
+        chunk = max(1, FEATURES_AT_ONCE // (Z.shape[0] * Z.shape[1] * self.omega.shape[2]))
+        return torch.split(Z, chunk, dim=2)
+
+    def _outputs(self, centred: torch.Tensor) -> torch.Tensor:
+        """``(S, N, G)``: the paths' values from ``centred: (G, S, N)``, their prior and
+        update terms: plus the constant mean, in the targets' units."""
+        values = self.constant[:, None, None] + centred
+        return (self.y_mean[:, None, None] + self.y_std[:, None, None] * values).permute(1, 2, 0)
 
     def _update(self, kernel: torch.Tensor) -> torch.Tensor:
         """``(G, S, N)``: ``k(x, X) (K + s2 I)^-1 (...)`` from ``kernel: (G, S or 1, N, n)``."""

@@ -220,9 +220,7 @@ def refill(store: Store, tenant_id: int, study_id: int, last: Pace | None = None
                 continue
             except ApiError:  # deleted, paused or completed meanwhile
                 return None
-            if not stored:
-                return None
-            return Pace(read_at, finished, time.monotonic() - read_at)
+            return Pace(read_at, finished, time.monotonic() - read_at) if stored else None
     log.warning(
         "study %d: no refill stored after %d attempts; the next tell asks again",
         study_id,
