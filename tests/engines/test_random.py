@@ -1,7 +1,7 @@
 import numpy as np
 
 from engines.base import History, Problem
-from engines.quasirandom import RandomEngine
+from engines.quasirandom import RandomEngine, SobolStream
 from engines.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 
@@ -18,6 +18,21 @@ def test_the_sequence_continues_across_asks():
     second = engine.suggest(problem, history, 5, first.state, np.random.default_rng(99))
     np.testing.assert_array_equal(np.vstack([first.X, second.X]), one.X)
     assert second.state == {"seed": one.state["seed"], "index": 8}
+
+
+def test_a_stream_resumed_anywhere_draws_what_one_generator_draws():
+    from scipy.stats import qmc
+
+    reference = qmc.Sobol(3, scramble=True, seed=11).random(32)
+    # Two streams at the same (d, seed, index), a state replayed, and a jump ahead: the
+    # generators kept between draws must never hand one stream another's position.
+    first, twin = SobolStream(3, 11), SobolStream(3, 11)
+    np.testing.assert_array_equal(first.draw(5), reference[:5])
+    np.testing.assert_array_equal(twin.draw(5), reference[:5])
+    np.testing.assert_array_equal(first.draw(3), reference[5:8])
+    np.testing.assert_array_equal(twin.draw(6), reference[5:11])
+    np.testing.assert_array_equal(SobolStream(3, 11, 5).draw(2), reference[5:7])
+    np.testing.assert_array_equal(SobolStream(3, 11, 20).draw(12), reference[20:])
 
 
 def test_first_power_of_two_points_are_balanced():
