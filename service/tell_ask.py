@@ -14,7 +14,10 @@ The guarantees are those of a tell followed by an ask, each with its own idempot
    finished, so the tell cannot run twice) and runs the ask once.
 
 For an engine that reads no observations (random), nothing is computed outside a transaction:
-the tell and the ask run in one, the ask part in a savepoint (``_in_one``), one commit per pair.
+the tell and the ask run in one (``_in_one``), one commit per pair. When the ask part cannot
+serve, that transaction rolls back whole and the tell runs again alone, in a transaction that
+also stores the combined answer (a savepoint around the ask part would cost two statements,
+compiled anew each time, on every pair to spare one on the rare pair whose ask fails).
 """
 
 from __future__ import annotations
@@ -52,9 +55,17 @@ def tell(
     if req.ask is None:
         return trials.tell(store, tenant_id, study_id, number, req, idem)
     if not store.parsed_study_for(study_id).engine.uses_observations:
-        return store.write(
-            tenant_id, idem, lambda c: _in_one(c, store, tenant_id, study_id, number, req)
-        )
+        try:
+            return store.write(
+                tenant_id, idem, lambda c: _in_one(c, store, tenant_id, study_id, number, req)
+            )
+        except _AskPartFailed as failed:
+            problem = failed.problem
+            return store.write(
+                tenant_id,
+                idem,
+                lambda c: _told(c, store, tenant_id, study_id, number, req, problem),
+            )
     if idem is not None:
         stored = store.db.read(lambda c: replay(c, tenant_id, idem))
         if stored is not None:
@@ -122,24 +133,46 @@ def unserved(
     return store.write(tenant_id, idem, lambda c: (200, answer))
 
 
+class _AskPartFailed(Exception):
+    """The ask part of a one-transaction tell-and-ask could not serve: ``problem`` says why."""
+
+    def __init__(self, problem: ProblemDetail) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
 def _in_one(
     conn: Connection, store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest
 ) -> tuple[int, TellResponse]:
-    """Tell and ask in one transaction, for an engine that reads no observations (random): the
-    ask part runs in a savepoint, so when it cannot serve only it is rolled back. A replay
-    finds the trial finished or the key taken, and ``Store.write`` returns the stored answer."""
+    """Tell and ask in one transaction, for an engine that reads no observations (random).
+    A replay finds the trial finished or the key taken, and ``Store.write`` returns the stored
+    answer.
+
+    Raises: ``_AskPartFailed`` when the ask part cannot serve (the transaction rolls back)."""
     _, told = trials.finish(conn, store, tenant_id, study_id, number, req)
     assert req.ask is not None
     try:
-        with conn.begin_nested():
-            answer = asking.ask_inline(conn, store, tenant_id, study_id, req.ask)
-        following = NextTrials(**answer.__dict__)
+        answer = asking.ask_inline(conn, store, tenant_id, study_id, req.ask)
     except ApiError as exc:
-        following = _unserved(_problem(exc.code, exc.detail, exc.extra.get("retry_after")))
-    except Exception:  # only the savepoint rolls back: the tell stands
+        raise _AskPartFailed(_problem(exc.code, exc.detail, exc.extra.get("retry_after"))) from exc
+    except Exception as exc:  # the tell must stand all the same
         log.exception("the ask part of a tell-and-ask on study %s failed", study_id)
-        following = _unserved(_problem(ProblemCode.INTERNAL_ERROR, "the ask failed", None))
-    return 200, TellResponse(**told.__dict__, next=following)
+        raise _AskPartFailed(_problem(ProblemCode.INTERNAL_ERROR, "the ask failed", None)) from exc
+    return 200, TellResponse(**told.__dict__, next=NextTrials(**answer.__dict__))
+
+
+def _told(
+    conn: Connection,
+    store: Store,
+    tenant_id: int,
+    study_id: int,
+    number: int,
+    req: TellRequest,
+    problem: ProblemDetail,
+) -> tuple[int, TellResponse]:
+    """The tell alone, answered with the ``problem`` of the ask part that could not serve."""
+    _, told = trials.finish(conn, store, tenant_id, study_id, number, req)
+    return 200, TellResponse(**told.__dict__, next=_unserved(problem))
 
 
 def _unserved(problem: ProblemDetail) -> NextTrials:

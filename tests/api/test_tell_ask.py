@@ -116,6 +116,31 @@ def test_the_tell_stands_when_max_trials_is_reached(api):
     assert _counts(api, sid) == {"completed": 1}
 
 
+def test_an_ask_part_failing_after_its_writes_leaves_the_tell_alone(api, monkeypatch):
+    import service.ask
+
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    before = api.get(f"/v1/studies/{sid}/engine").json()
+    insert_proposed = service.ask._insert_proposed
+
+    def insert_then_fail(*args: object, **kwargs: object) -> object:
+        insert_proposed(*args, **kwargs)  # the new trial is written, then the ask fails
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(service.ask, "_insert_proposed", insert_then_fail)
+    r = _tell(api, sid, number, {"count": 1}, key="k")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["state"] == "completed" and body["next"]["trials"] == []
+    assert body["next"]["problem"]["code"] == "internal_error"
+    assert _counts(api, sid) == {"completed": 1}  # the ask's trial was rolled back
+    assert api.get(f"/v1/studies/{sid}/engine").json() == before
+    monkeypatch.undo()
+    assert _tell(api, sid, number, {"count": 1}, key="k").json() == body  # the stored answer
+    assert _counts(api, sid) == {"completed": 1}
+
+
 def test_a_failed_tell_asks_nothing(api):
     sid = _study(api)
     number = _ask_one(api, sid)
