@@ -70,7 +70,8 @@ _ASK_ATTEMPTS = 12
 _ASK_LOCK = 7001
 
 #: The study columns an ask reads: the snapshot and the commit each read the row, and the
-#: config (the largest column) comes from ``Store.parsed_study_for``.
+#: config (the largest column) comes from ``Store.parsed_study_for``, but for ``max_trials``,
+#: which a PATCH may change.
 _STUDY_COLUMNS = (
     "id",
     "state",
@@ -79,6 +80,7 @@ _STUDY_COLUMNS = (
     "ask_count",
     "next_trial_number",
     "revision",
+    "max_trials",
 )
 # The hot statements are built once; SQLAlchemy then reuses their compiled form.
 _OPEN_TRIALS = select(
@@ -92,10 +94,7 @@ _OPEN_TRIALS = select(
 ).where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.state.in_(PENDING_STATES))
 
 _INSERT_TRIAL = insert(trials_t)
-#: The study's trial budget (a setting in its config column) and the trials it counts.
-_MAX_TRIALS = select(studies_t.c.config["max_trials"].as_integer()).where(
-    studies_t.c.id == bindparam("study_id")
-)
+#: The trials a study's budget (``max_trials``) counts.
 _BUDGET_USED = select(func.count()).where(
     trials_t.c.study_id == bindparam("study_id"),
     trials_t.c.state.in_(("running", *FINISHED_STATES)),
@@ -149,8 +148,10 @@ class _Plan:
     X_pending: np.ndarray
 
 
-def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
-    """Raises: ApiError 409 ``max_trials_reached`` when the budget leaves nothing to hand out
+def _plan(conn: Connection, ask: _Ask, study: Row, now: datetime) -> _Plan:
+    """``study``: its row (``_STUDY_COLUMNS``), read in this transaction.
+
+    Raises: ApiError 409 ``max_trials_reached`` when the budget leaves nothing to hand out
     (checked only once no lease has expired: an expired trial may still turn stale)."""
     open_rows = conn.execute(_OPEN_TRIALS, {"study_id": ask.study_id}).all()
     by_number = sorted(open_rows, key=lambda r: r.number)
@@ -169,7 +170,7 @@ def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
         else []
     )
     queued = [r for r in by_number if r.state in ("waiting", "stale")]
-    room = _budget_room(conn, ask.study_id)
+    room = _budget_room(conn, ask.study_id, study.max_trials)
     if room is not None:
         queued = queued[:room]  # a queued trial handed out starts running: it counts
     handed = (held + queued)[: ask.req.count]
@@ -186,10 +187,9 @@ def _plan(conn: Connection, ask: _Ask, now: datetime) -> _Plan:
     return _Plan(expired, handed, need, X_pending)
 
 
-def _budget_room(conn: Connection, study_id: int) -> int | None:
-    """How many more trials the study's ``max_trials`` allows to run, counting every trial
-    running or finished (``None`` without a budget)."""
-    limit = conn.execute(_MAX_TRIALS, {"study_id": study_id}).scalar()
+def _budget_room(conn: Connection, study_id: int, limit: int | None) -> int | None:
+    """How many more trials the study's ``max_trials`` (``limit``) allows to run, counting
+    every trial running or finished (``None`` without a budget)."""
     if limit is None:
         return None
     used = conn.execute(_BUDGET_USED, {"study_id": study_id}).scalar_one()
@@ -322,7 +322,7 @@ def _snapshot(
 
     Returns ``None`` when leases have expired and the lease policy must run first."""
     row = find_study(conn, ask.tenant_id, ask.study_id, require_active=True, columns=_STUDY_COLUMNS)
-    plan = _plan(conn, ask, utcnow())
+    plan = _plan(conn, ask, row, utcnow())
     if plan.expired:
         return None
     pooled = suggestion_pool.fresh(conn, ask.study_id, plan.X_pending) if pooling else []
@@ -362,10 +362,10 @@ def _commit(
     if version is not None and row.ask_count != version:
         raise _VersionMoved
     now = utcnow()
-    plan = _plan(conn, ask, now)
+    plan = _plan(conn, ask, row, now)
     if plan.expired:
         expire_leases(ask.store, conn, now, ask.study_id)
-        plan = _plan(conn, ask, now)
+        plan = _plan(conn, ask, row, now)
     # At most the revision this transaction commits, above any committed before it: the
     # trials it hands out take it as their asked_seq (the event stream's order).
     running = _running(ask, now, row.revision + 1)

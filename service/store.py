@@ -142,11 +142,20 @@ def row_or_404(conn: Connection, query: Select[Any], params: dict[str, Any], wha
     return row
 
 
+#: Settings of a study's config column that ``find_study`` can read as columns of its row.
+STUDY_SETTINGS = {"max_trials": studies_t.c.config["max_trials"].as_integer().label("max_trials")}
+
+
 @functools.cache
 def _study_query(columns: tuple[str, ...] | None, for_update: bool) -> Select[Any]:
     """The statement of ``find_study``, built once per column set; SQLAlchemy then reuses its
     compiled form."""
-    query = select(*(studies_t.c if columns is None else studies_t.c[columns])).where(
+    chosen = (
+        studies_t.c
+        if columns is None
+        else [STUDY_SETTINGS[c] if c in STUDY_SETTINGS else studies_t.c[c] for c in columns]
+    )
+    query = select(*chosen).where(
         studies_t.c.id == bindparam("study_id"),
         studies_t.c.tenant_id == bindparam("tenant_id"),
         studies_t.c.deleted_at.is_(None),
@@ -165,7 +174,7 @@ def find_study(
 ) -> Row:
     """The tenant's live study row; locked until the transaction ends (PostgreSQL) when
     ``for_update``. With ``columns``, only those (a hot path keeps the row narrow; include
-    ``state`` with ``require_active``).
+    ``state`` with ``require_active``), which may name ``STUDY_SETTINGS``.
 
     Raises:
         ApiError: 404 ``not_found`` when the study does not exist, belongs to another tenant,
