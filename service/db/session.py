@@ -37,7 +37,8 @@ class Database:
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        self._write_lock = threading.Lock() if self.is_sqlite else None
+        # Reentrant: a caller holding it (``writes_now``) runs writes that take it again.
+        self._write_lock = threading.RLock() if self.is_sqlite else None
         if self.is_sqlite:
             self.engine: Engine = create_engine(
                 url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=pool_size
@@ -74,6 +75,20 @@ class Database:
         options: dict[str, Any] = {"asktell_write": write}
         with self.engine.connect().execution_options(**options) as conn, conn.begin():
             return fn(conn)
+
+    @contextmanager
+    def writes_now(self) -> Iterator[bool]:
+        """Whether this thread holds the process's SQLite write lock for the block: taken only
+        if no other thread holds it now, so a short write can run where it is, without waiting
+        (the block's writes take it again). Always False on PostgreSQL, whose statements wait
+        on the network."""
+        if self._write_lock is None or not self._write_lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._write_lock.release()
 
     @contextmanager
     def advisory_lock(self, kind: int, key: int) -> Iterator[None]:

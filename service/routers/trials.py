@@ -277,7 +277,7 @@ async def tell(
     ``max_trials`` reached, engine busy), the tell stands, ``next.trials`` is empty and
     ``next.problem`` is the problem+json the ask would have answered. An ``Idempotency-Key``
     replay returns the stored combined answer without asking again."""
-    told = await run_in_threadpool(tell_ask.tell, store, tenant, study_id, number, body, idem)
+    told = await tell_ask.tell_soon(store, tenant, study_id, number, body, idem)
     if not isinstance(told, TellResponse):
         return written(told)
     # The ask part waits for the study's turn like an ask, holding no thread meanwhile.

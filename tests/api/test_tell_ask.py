@@ -141,6 +141,54 @@ def test_an_ask_part_failing_after_its_writes_leaves_the_tell_alone(api, monkeyp
     assert _counts(api, sid) == {"completed": 1}
 
 
+def test_a_short_tell_runs_on_the_event_loop_only_while_nothing_holds_the_write_lock(
+    api, monkeypatch
+):
+    import asyncio
+    import threading
+
+    import service.tell_ask
+
+    where: list[str] = []
+    tell = service.tell_ask.tell
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        try:
+            asyncio.get_running_loop()
+            where.append("loop")
+        except RuntimeError:
+            where.append("thread")
+        return tell(*args, **kwargs)
+
+    monkeypatch.setattr(service.tell_ask, "tell", recorded)
+    sid = _study(api)
+    number = _ask_one(api, sid)
+    number = _tell(api, sid, number, {"count": 1}).json()["next"]["trials"][0]["number"]
+    db = api.app.state.store.db
+    taken, done = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        # As a write in a worker thread would (the reaper's may hold it a moment).
+        with db._write_lock:
+            taken.set()
+            done.wait(0.3)  # the tell below waits for it in a worker thread
+
+    holder = threading.Thread(target=hold_the_lock if db.is_sqlite else taken.set)
+    holder.start()
+    assert taken.wait(10)
+    with db.writes_now() as held:
+        assert not held  # another thread holds it (PostgreSQL: there is none to take)
+    body = _tell(api, sid, number, {"count": 1}).json()
+    holder.join()
+    assert body["state"] == "completed" and len(body["next"]["trials"]) == 1
+    many = _tell(api, sid, body["next"]["trials"][0]["number"], {"count": 9}).json()
+    assert len(many["next"]["trials"]) == 9
+    on_sqlite = db.is_sqlite
+    # On PostgreSQL every tell runs in a worker thread; a tell-and-ask of 9 trials, too.
+    assert where == ["loop" if on_sqlite else "thread", "thread", "thread"]
+    assert _counts(api, sid) == {"completed": 3, "running": 9}
+
+
 def test_a_failed_tell_asks_nothing(api):
     sid = _study(api)
     number = _ask_one(api, sid)
