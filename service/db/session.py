@@ -39,6 +39,8 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         # Reentrant: a caller holding it (``writes_now``) runs writes that take it again.
         self._write_lock = threading.RLock() if self.is_sqlite else None
+        self._when_free: list[Callable[[], None]] = []
+        self._when_free_lock = threading.Lock()
         if self.is_sqlite:
             self.engine: Engine = create_engine(
                 url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=pool_size
@@ -58,8 +60,11 @@ class Database:
         for attempt in range(_RETRIES):
             try:
                 if write and self._write_lock is not None:
-                    with self._write_lock:
-                        return self._once(fn, write)
+                    try:
+                        with self._write_lock:
+                            return self._once(fn, write)
+                    finally:
+                        self._freed()
                 return self._once(fn, write)
             except PoolTimeout as exc:
                 raise unavailable("all database connections are busy; retry the request") from exc
@@ -89,6 +94,20 @@ class Database:
             yield True
         finally:
             self._write_lock.release()
+
+    def when_writes_free(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from the thread that ends it, after the next write of
+        another thread (SQLite): a caller that found the lock taken (``writes_now``) learns
+        when to look again without polling. It may come late or early: look again, and bound
+        the wait."""
+        with self._when_free_lock:
+            self._when_free.append(callback)
+
+    def _freed(self) -> None:
+        with self._when_free_lock:
+            callbacks, self._when_free = self._when_free, []
+        for callback in callbacks:
+            callback()
 
     @contextmanager
     def advisory_lock(self, kind: int, key: int) -> Iterator[None]:

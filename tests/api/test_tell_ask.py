@@ -141,9 +141,7 @@ def test_an_ask_part_failing_after_its_writes_leaves_the_tell_alone(api, monkeyp
     assert _counts(api, sid) == {"completed": 1}
 
 
-def test_a_short_tell_runs_on_the_event_loop_only_while_nothing_holds_the_write_lock(
-    api, monkeypatch
-):
+def test_a_short_tell_runs_on_the_event_loop_after_other_threads_writes(api, monkeypatch):
     import asyncio
     import threading
 
@@ -165,28 +163,36 @@ def test_a_short_tell_runs_on_the_event_loop_only_while_nothing_holds_the_write_
     number = _ask_one(api, sid)
     number = _tell(api, sid, number, {"count": 1}).json()["next"]["trials"][0]["number"]
     db = api.app.state.store.db
-    taken, done = threading.Event(), threading.Event()
 
-    def hold_the_lock() -> None:
-        # As a write in a worker thread would (the reaper's may hold it a moment).
-        with db._write_lock:
+    def tell_while_another_thread_writes(number: int) -> dict:
+        taken = threading.Event()
+
+        def write(conn: object) -> None:
             taken.set()
-            done.wait(0.3)  # the tell below waits for it in a worker thread
+            threading.Event().wait(0.2)  # the tell below comes meanwhile
 
-    holder = threading.Thread(target=hold_the_lock if db.is_sqlite else taken.set)
-    holder.start()
-    assert taken.wait(10)
-    with db.writes_now() as held:
-        assert not held  # another thread holds it (PostgreSQL: there is none to take)
-    body = _tell(api, sid, number, {"count": 1}).json()
-    holder.join()
-    assert body["state"] == "completed" and len(body["next"]["trials"]) == 1
-    many = _tell(api, sid, body["next"]["trials"][0]["number"], {"count": 9}).json()
+        holder = threading.Thread(target=db.write, args=(write,))
+        holder.start()
+        assert taken.wait(10)
+        with db.writes_now() as held:
+            assert not held  # another thread holds it (PostgreSQL: there is none to take)
+        body = _tell(api, sid, number, {"count": 1}).json()
+        holder.join()
+        assert body["state"] == "completed" and len(body["next"]["trials"]) == 1
+        return body["next"]["trials"][0]
+
+    # It waits for the other thread's write, then runs on the loop; with no time to wait, it
+    # goes to a worker thread (which waits for the lock there).
+    monkeypatch.setattr(service.tell_ask, "LOCK_WAIT_SECONDS", 10.0)
+    number = tell_while_another_thread_writes(number)["number"]
+    monkeypatch.setattr(service.tell_ask, "LOCK_WAIT_SECONDS", 0.0)
+    number = tell_while_another_thread_writes(number)["number"]
+    many = _tell(api, sid, number, {"count": 9}).json()
     assert len(many["next"]["trials"]) == 9
-    on_sqlite = db.is_sqlite
     # On PostgreSQL every tell runs in a worker thread; a tell-and-ask of 9 trials, too.
-    assert where == ["loop" if on_sqlite else "thread", "thread", "thread"]
-    assert _counts(api, sid) == {"completed": 3, "running": 9}
+    loop = "loop" if db.is_sqlite else "thread"
+    assert where == [loop, loop, "thread", "thread"]
+    assert _counts(api, sid) == {"completed": 4, "running": 9}
 
 
 def test_a_failed_tell_asks_nothing(api):

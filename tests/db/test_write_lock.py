@@ -1,0 +1,63 @@
+"""The SQLite write lock of ``service.db.session.Database``: taken now or not at all
+(``writes_now``), and a call when another thread's write ends (``when_writes_free``)."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import text
+
+from service.db.session import Database
+
+
+def test_writes_now_takes_the_lock_only_when_no_other_thread_holds_it(tmp_path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'a.db'}")
+    with db.writes_now() as held:
+        assert held
+        assert db.write(lambda conn: conn.execute(text("SELECT 1")).scalar()) == 1  # reentrant
+    inside, leave = threading.Event(), threading.Event()
+
+    def write(conn: object) -> None:
+        inside.set()
+        assert leave.wait(10)
+
+    other = threading.Thread(target=db.write, args=(write,))
+    other.start()
+    assert inside.wait(10)
+    with db.writes_now() as held:
+        assert not held
+    leave.set()
+    other.join()
+    with db.writes_now() as held:
+        assert held
+    db.dispose()
+
+
+def test_when_writes_free_calls_back_once_after_another_threads_write(tmp_path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'a.db'}")
+    calls: list[str] = []
+    inside, leave = threading.Event(), threading.Event()
+
+    def write(conn: object) -> None:
+        inside.set()
+        assert leave.wait(10)
+        calls.append("write")
+
+    other = threading.Thread(target=db.write, args=(write,))
+    other.start()
+    assert inside.wait(10)
+    db.when_writes_free(lambda: calls.append("freed"))
+    assert calls == []
+    leave.set()
+    other.join()
+    assert calls == ["write", "freed"]
+    db.write(lambda conn: None)
+    assert calls == ["write", "freed"]  # once
+    db.dispose()
+
+
+def test_postgresql_has_no_write_lock(pg_url) -> None:
+    db = Database(pg_url)
+    with db.writes_now() as held:
+        assert not held
+    db.dispose()
