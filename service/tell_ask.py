@@ -96,6 +96,8 @@ def _wake(loop: asyncio.AbstractEventLoop, freed: asyncio.Future[None]) -> None:
 
 
 def _short(store: Store, study_id: int, req: TellRequest) -> bool:
+    if not store.db.is_sqlite:  # no write lock to wait for: PostgreSQL's waits are its own
+        return False
     parsed = store.parsed_studies.peek(study_id)  # no read here: unknown means not short
     if parsed is None or parsed.engine.uses_observations:
         return False

@@ -163,6 +163,11 @@ def test_a_short_tell_runs_on_the_event_loop_after_other_threads_writes(api, mon
     number = _ask_one(api, sid)
     number = _tell(api, sid, number, {"count": 1}).json()["next"]["trials"][0]["number"]
     db = api.app.state.store.db
+    waits: list[object] = []
+    when_writes_free = db.when_writes_free
+    monkeypatch.setattr(
+        db, "when_writes_free", lambda call: waits.append(call) or when_writes_free(call)
+    )
 
     def tell_while_another_thread_writes(number: int) -> dict:
         taken = threading.Event()
@@ -189,9 +194,10 @@ def test_a_short_tell_runs_on_the_event_loop_after_other_threads_writes(api, mon
     number = tell_while_another_thread_writes(number)["number"]
     many = _tell(api, sid, number, {"count": 9}).json()
     assert len(many["next"]["trials"]) == 9
-    # On PostgreSQL every tell runs in a worker thread; a tell-and-ask of 9 trials, too.
+    # On PostgreSQL every tell runs in a worker thread at once; a tell-and-ask of 9 trials, too.
     loop = "loop" if db.is_sqlite else "thread"
     assert where == [loop, loop, "thread", "thread"]
+    assert bool(waits) == db.is_sqlite
     assert _counts(api, sid) == {"completed": 4, "running": 9}
 
 
