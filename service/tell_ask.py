@@ -27,6 +27,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import multiprocessing
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -67,8 +68,9 @@ async def tell_soon(
     nothing, for that write to end (``Database.when_writes_free``), at most
     ``LOCK_WAIT_SECONDS`` in all: handed to a thread instead, one tell made the next ones find
     the lock taken too, and with 8 clients nearly all went to threads. Otherwise in a worker
-    thread, where waiting for a lock or the network holds up no other request. (Another
-    process's write, on a SQLite file several servers share, still makes the loop wait.)"""
+    thread, where waiting for a lock or the network holds up no other request; so too in a
+    server of several processes. (A separate server or command writing to the same SQLite
+    file still makes the loop wait for its write.)"""
     if _short(store, study_id, req):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LOCK_WAIT_SECONDS
@@ -97,6 +99,10 @@ def _wake(loop: asyncio.AbstractEventLoop, freed: asyncio.Future[None]) -> None:
 
 def _short(store: Store, study_id: int, req: TellRequest) -> bool:
     if not store.db.is_sqlite:  # no write lock to wait for: PostgreSQL's waits are its own
+        return False
+    if multiprocessing.parent_process() is not None:
+        # One of several server processes (uvicorn --workers N): another one's write, however
+        # long, would hold up this process's loop.
         return False
     parsed = store.parsed_studies.peek(study_id)  # no read here: unknown means not short
     if parsed is None or parsed.engine.uses_observations:

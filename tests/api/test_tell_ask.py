@@ -194,11 +194,15 @@ def test_a_short_tell_runs_on_the_event_loop_after_other_threads_writes(api, mon
     number = tell_while_another_thread_writes(number)["number"]
     many = _tell(api, sid, number, {"count": 9}).json()
     assert len(many["next"]["trials"]) == 9
+    # In one of several server processes, a thread too.
+    monkeypatch.setattr(service.tell_ask.multiprocessing, "parent_process", lambda: object())
+    number = many["next"]["trials"][0]["number"]
+    assert _tell(api, sid, number, None).json()["state"] == "completed"
     # On PostgreSQL every tell runs in a worker thread at once; a tell-and-ask of 9 trials, too.
     loop = "loop" if db.is_sqlite else "thread"
-    assert where == [loop, loop, "thread", "thread"]
+    assert where == [loop, loop, "thread", "thread", "thread"]
     assert bool(waits) == db.is_sqlite
-    assert _counts(api, sid) == {"completed": 4, "running": 9}
+    assert _counts(api, sid) == {"completed": 5, "running": 8}
 
 
 def test_a_failed_tell_asks_nothing(api):
