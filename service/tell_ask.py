@@ -22,12 +22,8 @@ compiled anew each time, on every pair to spare one on the rare pair whose ask f
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import hashlib
 import logging
-import multiprocessing
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -52,58 +48,30 @@ log = logging.getLogger("asktell")
 
 #: The most trials a tell-and-ask on the event loop (``tell_soon``) asks for.
 MAX_COUNT_ON_LOOP = 8
-#: How long a tell for the event loop waits for other threads' writes in all, and at most
-#: between two looks at the lock.
-LOCK_WAIT_SECONDS, LOCK_RECHECK_SECONDS = 0.05, 0.005
+#: How long a tell for the event loop waits for other threads' writes in all.
+LOCK_WAIT_SECONDS = 0.05
 
 
 async def tell_soon(
     store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
 ) -> Answer | TellResponse:
-    """``tell``, on the event loop when it is one short transaction and SQLite's write lock is
-    free: on a study whose engine reads no observations (random), a tell or a tell-and-ask of
-    at most ``MAX_COUNT_ON_LOOP`` trials takes about a millisecond, and handing it to a worker
-    thread and back cost a tenth of that again (tell-and-ask on one SQLite client +12 %
-    pairs/s, bench/service_throughput.py). While another thread writes, it waits, holding
-    nothing, for that write to end (``Database.when_writes_free``), at most
-    ``LOCK_WAIT_SECONDS`` in all: handed to a thread instead, one tell made the next ones find
-    the lock taken too, and with 8 clients nearly all went to threads. Otherwise in a worker
-    thread, where waiting for a lock or the network holds up no other request; so too in a
-    server of several processes. (A separate server or command writing to the same SQLite
-    file still makes the loop wait for its write.)"""
+    """``tell``, on the event loop when it is one short transaction (``_short``) and the
+    database lets it write there (``Database.writes_here``): handing it to a worker thread and
+    back cost a tenth of its millisecond (tell-and-ask on one SQLite client +12 % pairs/s,
+    bench/service_throughput.py). It waits for other threads' writes rather than going to a
+    thread at once: one tell in a thread made the next ones find the lock taken too, and with 8
+    clients nearly all went to threads. Otherwise in a worker thread, where waiting for a lock
+    or the network holds up no other request."""
     if _short(store, study_id, req):
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + LOCK_WAIT_SECONDS
-        while True:
-            with store.db.writes_now() as now:
-                if now:
-                    return tell(store, tenant_id, study_id, number, req, idem)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            freed = loop.create_future()
-            store.db.when_writes_free(functools.partial(_wake, loop, freed))
-            # Bounded: the write may have ended between the look and the registration.
-            await asyncio.wait({freed}, timeout=min(remaining, LOCK_RECHECK_SECONDS))
+        async with store.db.writes_here(LOCK_WAIT_SECONDS) as held:
+            if held:
+                return tell(store, tenant_id, study_id, number, req, idem)
     return await run_in_threadpool(tell, store, tenant_id, study_id, number, req, idem)
 
 
-def _wake(loop: asyncio.AbstractEventLoop, freed: asyncio.Future[None]) -> None:
-    def settle() -> None:
-        if not freed.done():
-            freed.set_result(None)
-
-    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-        loop.call_soon_threadsafe(settle)
-
-
 def _short(store: Store, study_id: int, req: TellRequest) -> bool:
-    if not store.db.is_sqlite:  # no write lock to wait for: PostgreSQL's waits are its own
-        return False
-    if multiprocessing.parent_process() is not None:
-        # One of several server processes (uvicorn --workers N): another one's write, however
-        # long, would hold up this process's loop.
-        return False
+    """A tell, or a tell-and-ask of at most ``MAX_COUNT_ON_LOOP`` trials, on a study whose
+    engine reads no observations (random)."""
     parsed = store.parsed_studies.peek(study_id)  # no read here: unknown means not short
     if parsed is None or parsed.engine.uses_observations:
         return False

@@ -13,11 +13,15 @@ they change (``SELECT ... FOR UPDATE`` on the study row).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import multiprocessing
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, text
@@ -30,6 +34,9 @@ from service.errors import unavailable
 T = TypeVar("T")
 
 _RETRIES = 8
+#: The longest ``writes_here`` waits between two looks at the write lock (a wake-up may come
+#: before the waiter registered).
+_RECHECK_SECONDS = 0.005
 _PG_RETRYABLE = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
 
 
@@ -86,14 +93,42 @@ class Database:
         """Whether this thread holds the process's SQLite write lock for the block: taken only
         if no other thread holds it now, so a short write can run where it is, without waiting
         (the block's writes take it again). Always False on PostgreSQL, whose statements wait
-        on the network."""
-        if self._write_lock is None or not self._write_lock.acquire(blocking=False):
+        on the network, and in one of several server processes (uvicorn --workers N, a
+        multiprocessing child), where another process's write, however long, would hold the
+        caller up. (A separate server or command writing to the same file still can.)"""
+        lock = self._lock_for_writes_here()
+        if lock is None or not lock.acquire(blocking=False):
             yield False
             return
         try:
             yield True
         finally:
-            self._write_lock.release()
+            lock.release()
+
+    @asynccontextmanager
+    async def writes_here(self, wait: float) -> AsyncIterator[bool]:
+        """``writes_now`` for the event loop's thread, waiting, holding nothing, for other
+        threads' writes to end (``when_writes_free``), at most ``wait`` seconds in all. The
+        block must not await: the lock is the thread's, which other coroutines share."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            with self.writes_now() as held:
+                if held:
+                    yield True
+                    return
+            remaining = deadline - loop.time()
+            if self._lock_for_writes_here() is None or remaining <= 0:
+                yield False
+                return
+            freed = loop.create_future()
+            self.when_writes_free(functools.partial(_wake, loop, freed))
+            await asyncio.wait({freed}, timeout=min(remaining, _RECHECK_SECONDS))
+
+    def _lock_for_writes_here(self) -> threading.RLock | None:
+        """The write lock, when the caller may write without another process's write in the
+        way: SQLite, in a process that is not one of several (see ``writes_now``)."""
+        return self._write_lock if multiprocessing.parent_process() is None else None
 
     def when_writes_free(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, from the thread that ends it, after the next write of
@@ -130,6 +165,17 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _wake(loop: asyncio.AbstractEventLoop, freed: asyncio.Future[None]) -> None:
+    """Settle ``freed`` on its loop, from any thread."""
+
+    def settle() -> None:
+        if not freed.done():
+            freed.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        loop.call_soon_threadsafe(settle)
 
 
 def _transient(exc: DBAPIError) -> bool:

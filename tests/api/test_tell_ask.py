@@ -145,6 +145,7 @@ def test_a_short_tell_runs_on_the_event_loop_after_other_threads_writes(api, mon
     import asyncio
     import threading
 
+    import service.db.session
     import service.tell_ask
 
     where: list[str] = []
@@ -194,10 +195,13 @@ def test_a_short_tell_runs_on_the_event_loop_after_other_threads_writes(api, mon
     number = tell_while_another_thread_writes(number)["number"]
     many = _tell(api, sid, number, {"count": 9}).json()
     assert len(many["next"]["trials"]) == 9
-    # In one of several server processes, a thread too.
-    monkeypatch.setattr(service.tell_ask.multiprocessing, "parent_process", lambda: object())
+    # In one of several server processes, a thread too, at once.
+    monkeypatch.setattr(service.db.session.multiprocessing, "parent_process", lambda: object())
+    monkeypatch.setattr(service.tell_ask, "LOCK_WAIT_SECONDS", 10.0)
     number = many["next"]["trials"][0]["number"]
+    waited = len(waits)
     assert _tell(api, sid, number, None).json()["state"] == "completed"
+    assert len(waits) == waited
     # On PostgreSQL every tell runs in a worker thread at once; a tell-and-ask of 9 trials, too.
     loop = "loop" if db.is_sqlite else "thread"
     assert where == [loop, loop, "thread", "thread", "thread"]
