@@ -26,6 +26,7 @@ from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, remember, replay
 from service.lru import LruCache
 from service.problem import ParsedStudy, ParsedStudyCache
+from service.write_groups import WriteGroups
 
 if TYPE_CHECKING:
     from service.pool_refill import PoolRefiller
@@ -58,6 +59,8 @@ class Store:
         self.history = HistoryCache(history_cache_bytes)
         #: Chart answers by study revision (``service.progress.study_history``).
         self.charts = LruCache()
+        #: Writes to one study made in one transaction while they queue (``tell_ask``).
+        self.write_groups = WriteGroups(db, utcnow)
         self._study_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
         #: Asks a background refill of a study's suggestion pool, with ``(tenant_id,

@@ -17,7 +17,9 @@ For an engine that reads no observations (random), nothing is computed outside a
 the tell and the ask run in one (``_in_one``), one commit per pair. When the ask part cannot
 serve, that transaction rolls back whole and the tell runs again alone, in a transaction that
 also stores the combined answer (a savepoint around the ask part would cost two statements,
-compiled anew each time, on every pair to spare one on the rare pair whose ask fails).
+compiled anew each time, on every pair to spare one on the rare pair whose ask fails). In a
+worker thread, such pairs queued on one study share one transaction (``service.write_groups``:
+8 clients on one PostgreSQL study went from 150 to 193 pairs/s).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ async def tell_soon(
     if _short(store, study_id, req):
         async with store.db.writes_here(LOCK_WAIT_SECONDS) as held:
             if held:
-                return tell(store, tenant_id, study_id, number, req, idem)
+                return tell(store, tenant_id, study_id, number, req, idem, grouped=False)
     return await run_in_threadpool(tell, store, tenant_id, study_id, number, req, idem)
 
 
@@ -79,25 +81,32 @@ def _short(store: Store, study_id: int, req: TellRequest) -> bool:
 
 
 def tell(
-    store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
+    store: Store,
+    tenant_id: int,
+    study_id: int,
+    number: int,
+    req: TellRequest,
+    idem: IdemKey | None,
+    grouped: bool = True,
 ) -> Answer | TellResponse:
     """A tell, and with ``req.ask`` the ask after it; see the module docstring. When the ask
     part needs the engine, the answer is the told trial: the caller runs ``ask_after`` with it
-    in its turn of the study (``service.admission``)."""
+    in its turn of the study (``service.admission``). With ``grouped``, a tell-and-ask that is
+    one transaction waits for its study's turn to write and may share a transaction with the
+    writes queued behind it (``service.write_groups``); the event loop, which must not wait
+    for a turn, writes it alone."""
     if req.ask is None:
         return trials.tell(store, tenant_id, study_id, number, req, idem)
     if not store.parsed_study_for(study_id).engine.uses_observations:
-        try:
-            return store.write(
-                tenant_id, idem, lambda c: _in_one(c, store, tenant_id, study_id, number, req)
-            )
-        except _AskPartFailed as failed:
-            problem = failed.problem
-            return store.write(
-                tenant_id,
-                idem,
-                lambda c: _told(c, store, tenant_id, study_id, number, req, problem),
-            )
+        if not grouped:
+            return _in_one_alone(store, tenant_id, study_id, number, req, idem)
+        return store.write_groups.write(
+            study_id,
+            tenant_id,
+            idem,
+            lambda c: _in_one(c, store, tenant_id, study_id, number, req),
+            lambda: _in_one_alone(store, tenant_id, study_id, number, req, idem),
+        )
     if idem is not None:
         stored = store.db.read(lambda c: replay(c, tenant_id, idem))
         if stored is not None:
@@ -171,6 +180,22 @@ class _AskPartFailed(Exception):
     def __init__(self, problem: ProblemDetail) -> None:
         super().__init__(problem.detail)
         self.problem = problem
+
+
+def _in_one_alone(
+    store: Store, tenant_id: int, study_id: int, number: int, req: TellRequest, idem: IdemKey | None
+) -> Answer:
+    """``_in_one`` in a transaction of its own; when its ask part cannot serve, the tell alone
+    with the ask's problem."""
+    try:
+        return store.write(
+            tenant_id, idem, lambda c: _in_one(c, store, tenant_id, study_id, number, req)
+        )
+    except _AskPartFailed as failed:
+        problem = failed.problem
+        return store.write(
+            tenant_id, idem, lambda c: _told(c, store, tenant_id, study_id, number, req, problem)
+        )
 
 
 def _in_one(

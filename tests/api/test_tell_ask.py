@@ -313,3 +313,87 @@ def test_a_retry_after_a_crash_between_tell_and_ask_tells_once_and_asks(api):
     again = api.post(path, content=data, headers=headers)
     assert again.content == retry.content
     assert _counts(api, sid) == {"completed": 1, "running": 3}
+
+
+def _ask(api: TestClient, sid: int, count: int) -> list[int]:
+    trials = api.post(f"/v1/studies/{sid}/ask", json={"count": count}).json()["trials"]
+    return [t["number"] for t in trials]
+
+
+def _tell_and_ask_in_threads(api: TestClient, sid: int, numbers: list[int], monkeypatch) -> list:
+    """Tell-and-ask each of ``numbers`` from its own thread, every tell in a worker thread (as
+    on PostgreSQL), the first one's write held until the others queue behind it; returns the
+    responses, and how many write transactions the tells made."""
+    import threading
+
+    import service.tell_ask
+
+    store = api.app.state.store
+    monkeypatch.setattr(service.tell_ask, "_short", lambda *args: False)
+    writes: list[object] = []
+    write = store.db.write
+    monkeypatch.setattr(store.db, "write", lambda fn: writes.append(fn) or write(fn))
+    alone = service.tell_ask._in_one_alone
+    first = threading.Event()
+
+    def held_until_the_others_queue(*args: object) -> object:
+        if not first.is_set():
+            first.set()
+            queue = store.write_groups._queues[sid]
+            for _ in range(1000):
+                if len(queue.waiting) == len(numbers) - 1:
+                    break
+                threading.Event().wait(0.01)
+        return alone(*args)
+
+    monkeypatch.setattr(service.tell_ask, "_in_one_alone", held_until_the_others_queue)
+    responses: dict[int, object] = {}
+
+    def one(i: int, number: int) -> None:
+        if i > 0:
+            first.wait(10)
+        ask = {"count": 1, "worker_id": f"w{number}"}
+        responses[i] = _tell(api, sid, number, ask, key=f"k{number}")
+
+    threads = [threading.Thread(target=one, args=(i, n)) for i, n in enumerate(numbers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    monkeypatch.undo()
+    return [responses[i] for i in range(len(numbers))], len(writes)
+
+
+def test_tell_and_asks_queued_on_one_study_share_a_transaction(api, monkeypatch):
+    sid = _study(api)
+    numbers = _ask(api, sid, 4)
+    responses, writes = _tell_and_ask_in_threads(api, sid, numbers, monkeypatch)
+    # The first alone; the three that queued behind it in one transaction.
+    assert writes == 2
+    bodies = [r.json() for r in responses]
+    assert [b["number"] for b in bodies] == numbers
+    assert [r.status_code for r in responses] == [200] * 4
+    assert all(b["state"] == "completed" for b in bodies)
+    handed = [t["number"] for b in bodies for t in b["next"]["trials"]]
+    assert sorted(handed) == [4, 5, 6, 7]
+    assert _counts(api, sid) == {"completed": 4, "running": 4}
+    # Each answer was stored under its own key: a replay returns it and asks nothing.
+    for number, r in zip(numbers, responses, strict=True):
+        ask = {"count": 1, "worker_id": f"w{number}"}
+        again = _tell(api, sid, number, ask, key=f"k{number}")
+        assert again.status_code == 200 and again.content == r.content
+    assert _counts(api, sid) == {"completed": 4, "running": 4}
+
+
+def test_a_failing_write_in_a_group_leaves_the_others_answered_alone(api, monkeypatch):
+    sid = _study(api)
+    numbers = _ask(api, sid, 3)
+    _tell(api, sid, numbers[2], None)  # finished already: its tell-and-ask is 409
+    responses, writes = _tell_and_ask_in_threads(api, sid, [*numbers, numbers[2]], monkeypatch)
+    # The first alone, the group of three rolled back, then each of them alone.
+    assert writes == 5
+    assert [r.status_code for r in responses] == [200, 200, 409, 409]
+    assert responses[2].json()["code"] == "trial_finished"
+    handed = [t["number"] for r in responses[:2] for t in r.json()["next"]["trials"]]
+    assert sorted(handed) == [3, 4]
+    assert _counts(api, sid) == {"completed": 3, "running": 2}
