@@ -3,9 +3,9 @@
 Every write to a study takes the study's row lock for its whole transaction (the revision it
 bumps orders the study's changes), so concurrent writes to one study run one after the other
 anyway. In worker threads each then also waits for the row lock inside the database and, once
-it has it, for the interpreter between its statements, while the other threads run: with 8
-clients on one PostgreSQL study, a pair's transaction held the lock about three times as long
-as with one. Here the writes of one study take turns in the process instead: the thread whose
+it has it, for the interpreter between its statements, while the other threads run: 8 clients
+on one PostgreSQL study made 175 tell-and-asks a second where 8 clients on 8 studies made
+226-249. Here the writes of one study take turns in the process instead: the thread whose
 turn it is writes everything queued by then in one transaction, in arrival order, each with
 its own idempotency record, and hands each waiting thread its answer.
 
