@@ -129,17 +129,24 @@ def retrain(info: JobPublic) -> tuple[float, float, bytes]:
     return score, float(test), checkpoint
 
 
-def worker_pids(job_id: int) -> list[int]:
-    """The live worker processes of job ``job_id`` on this machine."""
+def worker_pids(job_id: int, server: Server) -> list[int]:
+    """The live worker processes of job ``job_id`` started by ``server`` (in its process group:
+    a parallel test's server may run a job of the same id in its own database)."""
+    assert server.proc is not None
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            group = os.getpgid(int(entry.name))
         except OSError:
             continue
-        if b"service.jobs.worker" in argv and str(job_id).encode() in argv:
+        if (
+            group == server.proc.pid
+            and b"service.jobs.worker" in argv
+            and str(job_id).encode() in argv
+        ):
             found.append(int(entry.name))
     return found
 
@@ -170,7 +177,7 @@ def test_ipbt_job_end_to_end(start_server, tmp_path: Path) -> None:
     with Client(server.url) as client:
         job = client.submit_job(**job_fields("digits-olion"))
         assert isinstance(job, Job) and job.info.state == "queued"
-        wait_until("two workers", lambda: len(worker_pids(job.id)) == 2, server, 30)
+        wait_until("two workers", lambda: len(worker_pids(job.id, server)) == 2, server, 30)
         info = job.wait(progress=False, timeout=150)
         assert info.state == "succeeded", (info.error, server.log_tail())
         assert info.steps_done >= info.steps_budget == 480 and info.remaining_seconds == 0
@@ -234,14 +241,14 @@ def test_cancel_stops_the_workers_within_seconds(start_server, tmp_path: Path) -
     with Client(server.url) as client:
         engine = {"name": "ipbt", "options": {"initial_step_share": 0.001}}
         job = client.submit_job(**job_fields("long", steps=200_000, engine=engine))
-        wait_until("two workers", lambda: len(worker_pids(job.id)) == 2, server, 60)
+        wait_until("two workers", lambda: len(worker_pids(job.id, server)) == 2, server, 60)
         wait_until("a unit told", lambda: job.refresh().units_done >= 1, server, 60)
         started = time.monotonic()
         assert job.cancel().cancel_requested
         info = wait_until(
             "cancelled", lambda: job.refresh().state == "cancelled" and job.info, server, 15
         )
-        wait_until("the workers gone", lambda: not worker_pids(job.id), server, 10)
+        wait_until("the workers gone", lambda: not worker_pids(job.id, server), server, 10)
         assert time.monotonic() - started < 10
         assert info.finished_at is not None and info.result is None
         # The unit a stopped worker held ends failed, not running until its lease lapses.
@@ -267,7 +274,7 @@ def test_a_restarted_server_finishes_the_job(start_server, tmp_path: Path) -> No
         job = client.submit_job(**job_fields("survivor", steps=800))
         wait_until("4 units told", lambda: job.refresh().units_done >= 4, first, 90)
         kill_server(first)
-        wait_until("no workers", lambda: not worker_pids(job.id), first, 10)
+        wait_until("no workers", lambda: not worker_pids(job.id, first), first, 10)
     done_before = _completed_from_db(tmp_path / "jobs.db", job.info.study_id)
     assert len(done_before) >= 4
     second = start_jobs_server(start_server, database, artifacts)
@@ -314,7 +321,7 @@ def test_two_replicas_one_runs_the_job_the_other_takes_over(
         workers = {t.metadata.get("worker", "") for t in units(client, job.info) if t.metadata}
         workers |= {t.worker_id or "" for t in units(client, job.info) if t.state == "running"}
         assert workers and all(w.startswith(owner + "/") for w in workers - {""})
-        assert len(worker_pids(job.id)) == 2
+        assert len(worker_pids(job.id, holder)) == 2 and not worker_pids(job.id, other)
         kill_server(holder)
     with Client(other.url) as client:
         info = client.job(job.id).wait(progress=False, timeout=150)
