@@ -37,3 +37,13 @@ def test_a_constant_objective_gives_zeros_and_a_seed_gives_the_same_result():
 def test_fewer_than_two_rows_are_refused():
     with pytest.raises(ValueError, match="n >= 2"):
         fanova_importances(np.zeros((1, 2)), np.zeros(1))
+
+
+def test_huge_and_tiny_values_give_finite_importances_of_the_scaled_values():
+    X = np.random.default_rng(2).random((30, 3))
+    y = np.where(X[:, 0] > 0.5, 1.0, -1.0) + 0.1 * X[:, 1]
+    for scale in (1e300, 1e-300):
+        got = fanova_importances(X, scale * y, seed=0)
+        assert np.isfinite(got).all() and got.sum() == pytest.approx(1.0)
+        expected = fanova_importances(X, scale * y / np.abs(scale * y).max(), seed=0)
+        assert got.tolist() == expected.tolist() and np.argmax(got) == 0
