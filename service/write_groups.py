@@ -10,8 +10,9 @@ turn it is writes everything queued by then in one transaction, in arrival order
 its own idempotency record, and hands each waiting thread its answer.
 
 A group is all or nothing: when any write of a group fails (a replay, a finished trial, an ask
-that cannot serve), the transaction rolls back and each write runs again alone, in its turn,
-as it would have without the group (``alone``), so a group never changes an answer.
+that cannot serve), the transaction rolls back and each write runs again alone, in the thread
+that asked for it, as it would have without the group (``alone``), so a group never changes an
+answer.
 """
 
 from __future__ import annotations
@@ -40,13 +41,13 @@ class _Write:
     tenant_id: int
     idem: IdemKey | None
     change: Callable[[Connection], tuple[int, BaseModel]]
-    alone: Callable[[], Answer]
     answer: Answer | None = None
-    error: BaseException | None = None
+    #: Its group rolled back: the thread that asked for it writes it alone.
+    alone: bool = False
 
     @property
-    def done(self) -> bool:
-        return self.answer is not None or self.error is not None
+    def settled(self) -> bool:
+        return self.answer is not None or self.alone
 
 
 @dataclass(eq=False)
@@ -74,54 +75,45 @@ class WriteGroups:
         alone: Callable[[], Answer],
     ) -> Answer:
         """``change`` in the study's next group transaction, its answer stored under ``idem``;
-        ``alone()`` when it runs by itself (the group is this write only, or failed). Blocks
-        the calling thread until its turn: never call it on the event loop."""
+        ``alone()`` when it runs by itself (the group is this write only, or rolled back).
+        Blocks the calling thread until its turn: never call it on the event loop."""
         with self._guard:
             queue = self._queues.get(study_id)
             if queue is None:
                 queue = self._queues[study_id] = _Queue()
-        mine = _Write(tenant_id, idem, change, alone)
-        group: list[_Write] = []
+        mine = _Write(tenant_id, idem, change)
         with queue.changed:
             queue.waiting.append(mine)
-            while queue.busy and not mine.done:
+            while queue.busy and not mine.settled:
                 queue.changed.wait()
-            if not mine.done:  # this thread's turn: it writes what is queued
-                queue.busy = True
-                group = queue.waiting[:MAX_GROUP]
-                del queue.waiting[:MAX_GROUP]
-        if group:
-            try:
-                self._serve(group)
-            except BaseException as exc:  # an interrupt: no thread of the group waits forever
+            if mine.settled:  # written in another thread's group, or to be written alone
+                return mine.answer if mine.answer is not None else alone()
+            # This thread's turn: its write and those queued behind it, in arrival order.
+            queue.busy = True
+            queue.waiting.remove(mine)
+            group = [mine, *queue.waiting[: MAX_GROUP - 1]]
+            del queue.waiting[: MAX_GROUP - 1]
+        try:
+            if len(group) == 1:  # in its turn, so that the next writes queue into a group
+                return alone()
+            self._write_together(group)
+        finally:
+            with queue.changed:
+                queue.busy = False
                 for w in group:
-                    if not w.done:
-                        w.error = exc
-                raise
-            finally:
-                with queue.changed:
-                    queue.busy = False
-                    queue.changed.notify_all()
-        if mine.error is not None:
-            raise mine.error
-        assert mine.answer is not None
-        return mine.answer
+                    w.alone = w.answer is None  # no thread of the group waits forever
+                queue.changed.notify_all()
+        return mine.answer if mine.answer is not None else alone()
 
-    def _serve(self, group: list[_Write]) -> None:
-        if len(group) > 1:
-            try:
-                answers = self._db.write(lambda conn: [self._apply(conn, w) for w in group])
-            except Exception as exc:  # each runs alone below, as without the group
-                log.debug("a group of %d writes rolled back (%r); each runs alone", len(group), exc)
-            else:
-                for w, answer in zip(group, answers, strict=True):
-                    w.answer = answer
-                return
-        for w in group:
-            try:
-                w.answer = w.alone()
-            except BaseException as exc:  # raised again in the thread that asked for it
-                w.error = exc
+    def _write_together(self, group: list[_Write]) -> None:
+        """The group in one transaction; on any failure, nothing (each then runs alone)."""
+        try:
+            answers = self._db.write(lambda conn: [self._apply(conn, w) for w in group])
+        except Exception as exc:
+            log.debug("a group of %d writes rolled back (%r); each runs alone", len(group), exc)
+            return
+        for w, answer in zip(group, answers, strict=True):
+            w.answer = answer
 
     def _apply(self, conn: Connection, w: _Write) -> Answer:
         status, model = w.change(conn)
