@@ -6,8 +6,9 @@ anyway. In worker threads each then also waits for the row lock inside the datab
 it has it, for the interpreter between its statements, while the other threads run: 8 clients
 on one PostgreSQL study made 175 tell-and-asks a second where 8 clients on 8 studies made
 226-249. Here the writes of one study take turns in the process instead: the thread whose
-turn it is writes everything queued by then in one transaction, in arrival order, each with
-its own idempotency record, and hands each waiting thread its answer.
+turn it is writes its own and those queued behind it by then (at most ``MAX_GROUP``, in arrival
+order) in one transaction, each with its own idempotency record, and hands each waiting thread
+its answer.
 
 A group is all or nothing: when any write of a group fails (a replay, a finished trial, an ask
 that cannot serve), the transaction rolls back and each write runs again alone, in the thread
