@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 #: The forest Optuna's fANOVA evaluator fits (``n_trees=64, max_depth=64``).
 N_TREES = 64
 MAX_DEPTH = 64
-#: The largest |y| whose variances neither overflow nor underflow; outside, y is rescaled.
+#: The range of max |y| in which the variances neither overflow nor underflow; outside it, y
+#: is divided by max |y|.
 SAFE_SCALE = (1e-100, 1e100)
 
 
@@ -51,7 +52,8 @@ def fanova_importances(X: np.ndarray, y: np.ndarray, seed: int = 0) -> np.ndarra
         return np.zeros(d)
     # The importances are ratios of variances, the same for any scale of y; values near 1e300
     # would overflow those variances to inf (the importances to NaN), near 1e-300 underflow them
-    # to 0. Other scales stay as they are: the forest's splits, Optuna's, move with rescaling.
+    # to 0. Other scales are left alone: a rescaled y moves the forest's splits, and the
+    # importances would no longer equal Optuna's.
     largest = np.abs(y).max()
     if not SAFE_SCALE[0] <= largest <= SAFE_SCALE[1]:
         y = y / largest
