@@ -320,7 +320,9 @@ def _ask(api: TestClient, sid: int, count: int) -> list[int]:
     return [t["number"] for t in trials]
 
 
-def _tell_and_ask_in_threads(api: TestClient, sid: int, numbers: list[int], monkeypatch) -> list:
+def _tell_and_ask_in_threads(
+    api: TestClient, sid: int, numbers: list[int], monkeypatch
+) -> tuple[list, int]:
     """Tell-and-ask each of ``numbers`` from its own thread, every tell in a worker thread (as
     on PostgreSQL), the first one's write held until the others queue behind it; returns the
     responses, and how many write transactions the tells made."""
@@ -330,7 +332,7 @@ def _tell_and_ask_in_threads(api: TestClient, sid: int, numbers: list[int], monk
 
     store = api.app.state.store
     monkeypatch.setattr(service.tell_ask, "_short", lambda *args: False)
-    writes: list[object] = []
+    writes: list[str] = []
     write = store.db.write
     monkeypatch.setattr(store.db, "write", lambda fn: writes.append(fn.__qualname__) or write(fn))
     alone = service.tell_ask._in_one_alone
