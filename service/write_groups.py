@@ -83,17 +83,19 @@ class WriteGroups:
             if queue is None:
                 queue = self._queues[study_id] = _Queue()
         mine = _Write(tenant_id, idem, change)
+        group: list[_Write] = []
         with queue.changed:
             queue.waiting.append(mine)
             while queue.busy and not mine.settled:
                 queue.changed.wait()
-            if mine.settled:  # written in another thread's group, or to be written alone
-                return mine.answer if mine.answer is not None else alone()
-            # This thread's turn: its write and those queued behind it, in arrival order.
-            queue.busy = True
-            queue.waiting.remove(mine)
-            group = [mine, *queue.waiting[: MAX_GROUP - 1]]
-            del queue.waiting[: MAX_GROUP - 1]
+            if not mine.settled:
+                # This thread's turn: its write and those queued behind it, in arrival order.
+                queue.busy = True
+                queue.waiting.remove(mine)
+                group = [mine, *queue.waiting[: MAX_GROUP - 1]]
+                del queue.waiting[: MAX_GROUP - 1]
+        if not group:  # written in another thread's group, or to be written alone (not waited on)
+            return mine.answer if mine.answer is not None else alone()
         try:
             if len(group) == 1:  # in its turn, so that the next writes queue into a group
                 return alone()
