@@ -44,11 +44,11 @@ class _Write:
     change: Callable[[Connection], tuple[int, BaseModel]]
     answer: Answer | None = None
     #: Its group rolled back: the thread that asked for it writes it alone.
-    alone: bool = False
+    run_alone: bool = False
 
     @property
     def settled(self) -> bool:
-        return self.answer is not None or self.alone
+        return self.answer is not None or self.run_alone
 
 
 @dataclass(eq=False)
@@ -104,7 +104,7 @@ class WriteGroups:
             with queue.changed:
                 queue.busy = False
                 for w in group:
-                    w.alone = w.answer is None  # no thread of the group waits forever
+                    w.run_alone = w.answer is None  # no thread of the group waits forever
                 queue.changed.notify_all()
         return mine.answer if mine.answer is not None else alone()
 
