@@ -11,9 +11,11 @@ one's stored response (``service.store.Store.write``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from pydantic import BaseModel
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
@@ -69,6 +71,22 @@ def replay(conn: Connection, tenant_id: int, idem: IdemKey) -> Answer | None:
 
 
 _REMEMBER = insert(_keys)
+
+
+def answered(
+    conn: Connection,
+    tenant_id: int,
+    idem: IdemKey | None,
+    change: Callable[[Connection], tuple[int, BaseModel]],
+    now: datetime,
+) -> Answer:
+    """The answer of ``change`` (status and model) made in the caller's transaction, stored
+    under ``idem`` when there is one (``remember``)."""
+    status, model = change(conn)
+    answer = Answer(status, model.model_dump_json())
+    if idem is not None:
+        remember(conn, tenant_id, idem, answer, now)
+    return answer
 
 
 def remember(

@@ -23,7 +23,7 @@ from service.db.session import Database
 from service.engine_pool import EnginePool
 from service.errors import ApiError, ProblemCode
 from service.history import HistoryCache
-from service.idempotency import Answer, IdemKey, remember, replay
+from service.idempotency import Answer, IdemKey, answered, replay
 from service.lru import LruCache
 from service.problem import ParsedStudy, ParsedStudyCache
 from service.write_groups import WriteGroups
@@ -94,11 +94,7 @@ class Store:
         """Run ``fn`` in a write transaction, honouring the idempotency key."""
 
         def run(conn: Connection) -> Answer:
-            status, model = fn(conn)
-            written = Answer(status, model.model_dump_json())
-            if idem is not None:
-                remember(conn, tenant_id, idem, written, utcnow())
-            return written
+            return answered(conn, tenant_id, idem, fn, utcnow())
 
         # The key is stored with the change, in one statement. A repeat of a committed request
         # either fails on the unique key when it stores its own answer (the whole transaction

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Connection
 
 from service.db.session import Database
-from service.idempotency import Answer, IdemKey, remember
+from service.idempotency import Answer, IdemKey, answered
 
 log = logging.getLogger("asktell")
 
@@ -94,33 +94,30 @@ class WriteGroups:
                 queue.waiting.remove(mine)
                 group = [mine, *queue.waiting[: MAX_GROUP - 1]]
                 del queue.waiting[: MAX_GROUP - 1]
-        if not group:  # written in another thread's group, or to be written alone (not waited on)
-            return mine.answer if mine.answer is not None else alone()
-        try:
-            if len(group) == 1:  # in its turn, so that the next writes queue into a group
-                return alone()
-            self._write_together(group)
-        finally:
-            with queue.changed:
-                queue.busy = False
-                for w in group:
-                    w.run_alone = w.answer is None  # no thread of the group waits forever
-                queue.changed.notify_all()
+        if group:
+            try:
+                if len(group) == 1:  # in its turn, so that the next writes queue into a group
+                    return alone()
+                self._write_together(group)
+            finally:
+                with queue.changed:
+                    queue.busy = False
+                    for w in group:
+                        w.run_alone = w.answer is None  # no thread of the group waits forever
+                    queue.changed.notify_all()
+        # Written in a group (this thread's or another's), or to be written alone, unlocked.
         return mine.answer if mine.answer is not None else alone()
 
     def _write_together(self, group: list[_Write]) -> None:
         """The group in one transaction; on any failure, nothing (each then runs alone)."""
         try:
-            answers = self._db.write(lambda conn: [self._apply(conn, w) for w in group])
+            answers = self._db.write(
+                lambda conn: [
+                    answered(conn, w.tenant_id, w.idem, w.change, self._now()) for w in group
+                ]
+            )
         except Exception as exc:
             log.debug("a group of %d writes rolled back (%r); each runs alone", len(group), exc)
             return
         for w, answer in zip(group, answers, strict=True):
             w.answer = answer
-
-    def _apply(self, conn: Connection, w: _Write) -> Answer:
-        status, model = w.change(conn)
-        answer = Answer(status, model.model_dump_json())
-        if w.idem is not None:
-            remember(conn, w.tenant_id, w.idem, answer, self._now())
-        return answer
