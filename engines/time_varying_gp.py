@@ -10,6 +10,11 @@
 - ``smoothed_improvement``: whether a GP smoothing of a score curve ends lower than the step
   before (IPBT's stagnation test).
 
+Our design, for speed (a generation's fits and LCBs run while every worker waits): the fit's
+loss (``TimeVaryingLoss``) and the LCB's posterior (``mean_and_std``) are written out in plain
+torch, the same functions as gpytorch's (tests compare them), at a fraction of the cost of its
+modules; the smoother's fit takes the closed form of ``engines.gp_likelihood``.
+
 Fits stop after ``FIT_MAXITER`` L-BFGS iterations (IPBT fits two GPs a generation, and at most
 100 rows the optimum moves little); a fit that fails keeps the initial hyperparameters. A fit
 may start from the hyperparameters of the previous one (``init``, from ``hyperparameters``):
@@ -26,7 +31,9 @@ References:
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,9 +45,10 @@ from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel, MaternKernel, ScaleKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.models import ExactGP
+from linear_operator.utils.cholesky import psd_safe_cholesky
 from scipy.stats import norm
 
-from engines import bo
+from engines import bo, gp_likelihood
 
 #: Random points of the trust region scored by the LCB.
 N_CANDIDATES = 1024
@@ -122,6 +130,121 @@ def _warm_start(model: SingleTaskGP, init: Hyperparameters | None) -> bool:
     return True
 
 
+class TimeVaryingLoss:
+    """gpytorch's exact marginal likelihood loss of a ``fit_time_varying_gp`` model, written in
+    plain torch, with its gradient by autograd: a closure for ``fit_gpytorch_mll``, which calls
+    it about 20 times a fit, where gpytorch's kernel and distribution modules cost about 3 ms an
+    evaluation at 100 rows, nearly all of it per-operation overhead. With ``s^2`` the
+    outputscale, ``M`` the Matern-5/2 kernel (``r`` the distance scaled by the lengthscales:
+    ``(1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r)``), ``g_ij = |t_i - t_j| / 2``, constant mean
+    ``c`` and noise ``s2`` under its log-normal prior::
+
+        K = s^2 M * (1 - eps)^g + s2 I
+        loss = -(log N(y | c, K) + log p(s2)) / n
+
+    Each hyperparameter goes through its own constraint's transform, so the values and bounds
+    are the model's; a test compares value and gradient with gpytorch's."""
+
+    def __init__(self, mll: ExactMarginalLogLikelihood) -> None:
+        model = mll.model
+        self.named = [(name, p) for name, p in mll.named_parameters() if p.requires_grad]
+        self.scale_kernel = model.covar_module
+        self.matern, self.time = model.covar_module.base_kernel.kernels
+        self.noise_covar = model.likelihood.noise_covar
+        X = model.train_inputs[0]
+        self.square, self.gap = _differences(X, X)
+        self.y = model.train_targets
+        self.eye = torch.eye(len(X), dtype=X.dtype)
+
+    def __call__(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        raws = [p.detach().requires_grad_() for _, p in self.named]
+        values = dict(zip((name for name, _ in self.named), raws, strict=True))
+        with torch.enable_grad():
+            loss = self._loss(values)
+            grads = torch.autograd.grad(loss, raws)
+        return loss.detach(), grads
+
+    def _loss(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        def value(module: Any, name: str, full: str) -> torch.Tensor:
+            # An unenforced constraint (the noise's: a bound of the fit) transforms nothing.
+            return getattr(module, f"raw_{name}_constraint").transform(raw[full])
+
+        prefix = "model.covar_module."
+        outputscale = value(self.scale_kernel, "outputscale", prefix + "raw_outputscale")
+        lengthscale = value(
+            self.matern, "lengthscale", prefix + "base_kernel.kernels.0.raw_lengthscale"
+        ).reshape(-1)
+        eps = value(self.time, "eps", prefix + "base_kernel.kernels.1.raw_eps").reshape(())
+        noise = value(self.noise_covar, "noise", "likelihood.noise_covar.raw_noise").reshape(())
+        constant = raw["model.mean_module.raw_constant"].reshape(())
+        K = _covariance(self.square, self.gap, outputscale, lengthscale, eps) + noise * self.eye
+        L = torch.linalg.cholesky(K)
+        resid = (self.y - constant).unsqueeze(-1)
+        white = torch.linalg.solve_triangular(L, resid, upper=False)
+        n = len(self.y)
+        log_density = -0.5 * (white**2).sum() - L.diagonal().log().sum()
+        log_density = log_density - 0.5 * n * math.log(2 * math.pi)
+        log_prior = self.noise_covar.noise_prior.log_prob(noise).sum()
+        return -(log_density + log_prior) / n
+
+
+def _differences(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For rows ``(z, t)`` of ``A: (a, k + 1)`` and ``B: (b, k + 1)``: the squared differences
+    of their ``z`` coordinates ``(a, b, k)`` and half their time gaps ``(a, b)``."""
+    k = A.shape[-1] - 1
+    square = (A[:, None, :k] - B[None, :, :k]) ** 2
+    return square, (A[:, None, k] - B[None, :, k]).abs() / 2.0
+
+
+def _covariance(
+    square: torch.Tensor,
+    gap: torch.Tensor,
+    outputscale: torch.Tensor,
+    lengthscale: torch.Tensor,
+    eps: torch.Tensor,
+) -> torch.Tensor:
+    """``s^2 M(r) (1 - eps)^g`` from ``_differences``, the distance ``r`` clamped as gpytorch
+    clamps it (so that its gradient at zero distance is zero)."""
+    r = (square / lengthscale**2).sum(-1).clamp_min(1e-30).sqrt()
+    matern = (1.0 + math.sqrt(5) * r + 5.0 / 3.0 * r**2) * torch.exp(-math.sqrt(5) * r)
+    return outputscale * matern * torch.pow(1.0 - eps, gap)
+
+
+def mean_and_std(model: SingleTaskGP, Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The posterior mean and standard deviation ``(z,)`` of ``f`` at the rows of ``Z`` under a
+    ``fit_time_varying_gp`` model and its training data (fantasies included), written out:
+    ``mu = c + k(Z, X) alpha``, ``sigma^2 = s^2 - |L^-1 k(X, Z)|^2`` (gpytorch's posterior
+    call costs about 9 ms of overhead, several times a generation)."""
+    kernel = model.covar_module
+    matern, time_kernel = kernel.base_kernel.kernels
+    outputscale = kernel.outputscale.detach()
+    lengthscale = matern.lengthscale.detach().reshape(-1)
+    eps = time_kernel.eps.detach().reshape(())
+    X, y = model.train_inputs[0], model.train_targets
+    K = _covariance(*_differences(X, X), outputscale, lengthscale, eps)
+    K = K + model.likelihood.noise.detach().reshape(()) * torch.eye(len(X), dtype=X.dtype)
+    L = psd_safe_cholesky(K)
+    constant = model.mean_module.constant.detach().reshape(())
+    alpha = torch.cholesky_solve((y - constant).unsqueeze(-1), L).squeeze(-1)
+    cross = _covariance(*_differences(Z, X), outputscale, lengthscale, eps)
+    V = torch.linalg.solve_triangular(L, cross.T, upper=False)
+    variance = (outputscale - (V * V).sum(0)).clamp_min(1e-12)
+    return constant + cross @ alpha, variance.sqrt()
+
+
+def _likelihood(
+    model: SingleTaskGP,
+) -> tuple[ExactMarginalLogLikelihood, Callable[[], Any]]:
+    """The marginal likelihood to fit ``model`` by and the closure that evaluates it: the
+    closed form of ``engines.gp_likelihood`` for the smoother (BoTorch's default modules),
+    ``TimeVaryingLoss`` for a time-varying GP."""
+    if gp_likelihood.applies_to(model):
+        closed = gp_likelihood.ClosedFormMLL(model)
+        return closed, closed.closed_form
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    return mll, TimeVaryingLoss(mll)
+
+
 def _fit(model: SingleTaskGP, init: Hyperparameters | None = None) -> None:
     """Maximum marginal likelihood (at most ``FIT_MAXITER`` L-BFGS iterations: a generation
     fits two GPs, and the optimum moves little at this size); if the fit fails, the initial
@@ -132,11 +255,9 @@ def _fit(model: SingleTaskGP, init: Hyperparameters | None = None) -> None:
     proposal depend on what the process ran before. Seed 0 leaves every fit without a retry as
     it was."""
     maxiter = WARM_MAXITER if _warm_start(model, init) else FIT_MAXITER
+    mll, closure = _likelihood(model)
     with bo.seeded(0, False), contextlib.suppress(ModelFittingError):
-        fit_gpytorch_mll(
-            ExactMarginalLogLikelihood(model.likelihood, model),
-            optimizer_kwargs={"options": {"maxiter": maxiter}},
-        )
+        fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
 
 
 def lcb_in_trust_region(
@@ -161,11 +282,8 @@ def lcb_in_trust_region(
         H = lower + (upper - lower) * rng.random((N_CANDIDATES, d))
         Z = torch.as_tensor(np.hstack([H, np.tile(fixed, (N_CANDIDATES, 1))]))
         with torch.no_grad():
-            # One t-batch per candidate: only each point's own variance is computed, not the
-            # candidates' joint covariance (N_CANDIDATES^2 kernel entries and a matrix product).
-            posterior = model.posterior(Z.unsqueeze(-2))
-            mean = posterior.mean.reshape(-1)
-            lcb = mean - LCB_BETA * posterior.variance.clamp_min(1e-12).sqrt().reshape(-1)
+            mean, std = mean_and_std(model, Z)
+            lcb = mean - LCB_BETA * std
         best = int(torch.argmin(lcb))
         chosen.append(H[best])
         fantasy_X = torch.cat([model.train_inputs[0], Z[best : best + 1]])

@@ -12,10 +12,12 @@ from linear_operator.utils.errors import NotPSDError
 from engines.time_varying_gp import (
     FIT_MAXITER,
     WARM_MAXITER,
+    TimeVaryingLoss,
     copula,
     fit_time_varying_gp,
     hyperparameters,
     lcb_in_trust_region,
+    mean_and_std,
     smoothed_improvement,
 )
 
@@ -113,3 +115,41 @@ def test_a_warm_started_fit_reaches_a_cold_fits_likelihood_in_fewer_iterations(m
     iterations.clear()
     fit_time_varying_gp(X[:, 1:], y, previous)
     assert iterations == [FIT_MAXITER]
+
+
+def _rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    X = np.column_stack([rng.random((n, 3)), np.repeat(np.arange(n / 8), 8)[:n]])
+    y = np.sin(4 * X[:, 0]) + 0.2 * X[:, 3] + 0.1 * rng.standard_normal(n)
+    return X, (y - y.mean()) / y.std()
+
+
+def test_the_written_out_loss_is_gpytorchs_in_value_and_gradient():
+    rng = np.random.default_rng(3)
+    model = fit_time_varying_gp(*_rows(rng, 60))
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    model.train()
+    for _ in range(3):
+        with torch.no_grad():
+            for _, p in mll.named_parameters():
+                p.add_(0.3 * torch.randn(p.shape, dtype=p.dtype))
+            model.likelihood.noise_covar.raw_noise.clamp_(min=1e-3)  # its bound in a fit
+        loss, grads = TimeVaryingLoss(mll)()
+        mll.zero_grad()
+        reference = -mll(model(*model.train_inputs), model.train_targets)
+        reference.backward()
+        assert float(loss) == pytest.approx(float(reference), rel=1e-12)
+        for (name, p), grad in zip(mll.named_parameters(), grads, strict=True):
+            assert torch.allclose(grad, p.grad, rtol=1e-9, atol=1e-12), name
+
+
+def test_the_written_out_posterior_is_gpytorchs_with_fantasies():
+    rng = np.random.default_rng(4)
+    model = fit_time_varying_gp(*_rows(rng, 60))
+    lcb_in_trust_region(model, np.full(3, 0.5), np.array([8.0]), 0.4, 2, rng)  # 2 fantasies
+    assert len(model.train_targets) == 62
+    Z = torch.as_tensor(np.column_stack([rng.random((20, 3)), np.full(20, 8.0)]))
+    with torch.no_grad():
+        posterior = model.posterior(Z.unsqueeze(-2))
+        mean, std = mean_and_std(model, Z)
+    assert torch.allclose(mean, posterior.mean.reshape(-1), rtol=1e-9, atol=1e-12)
+    assert torch.allclose(std, posterior.variance.sqrt().reshape(-1), rtol=1e-9, atol=1e-12)
