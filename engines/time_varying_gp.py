@@ -178,7 +178,7 @@ class TimeVaryingLoss:
         noise = value(self.noise_covar, "noise", "likelihood.noise_covar.raw_noise").reshape(())
         constant = raw["model.mean_module.raw_constant"].reshape(())
         K = _covariance(self.square, self.gap, outputscale, lengthscale, eps) + noise * self.eye
-        L = torch.linalg.cholesky(K)
+        L = psd_safe_cholesky(K)  # as gpytorch: jitter, then NotPSDError (the fit retries)
         resid = (self.y - constant).unsqueeze(-1)
         white = torch.linalg.solve_triangular(L, resid, upper=False)
         n = len(self.y)
