@@ -28,6 +28,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -67,15 +68,26 @@ def ray_installed() -> bool:
 
 
 class LocalWorker:
-    """A worker as a child process of this server."""
+    """A worker as a child process of this server; ``on_exit`` is called (from a thread of its
+    own) when the process ends, so that the runner tends the job at once rather than at its
+    next pass."""
 
-    def __init__(self, command: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, command: list[str], env: dict[str, str], log_path: Path, on_exit: Callable[[], None]
+    ) -> None:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as stderr:
             self.proc = subprocess.Popen(
                 command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
             )
+        threading.Thread(
+            target=self._watch, args=(on_exit,), name="asktell-worker-exit", daemon=True
+        ).start()
+
+    def _watch(self, on_exit: Callable[[], None]) -> None:
+        self.proc.wait()
+        on_exit()
 
     def poll(self) -> int | None:
         return self.proc.poll()

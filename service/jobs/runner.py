@@ -1,12 +1,14 @@
 """The job runner: a thread per server process (``ASKTELL_RUN_JOBS``, started in the app's
 lifespan like the lease reaper) that runs jobs.
 
-Every ``TICK_SECONDS`` it renews the leases of the jobs it runs (``ASKTELL_JOB_LEASE_SECONDS``),
-tends them (restarts a crashed worker a bounded number of times, stops the workers of a
-cancelled job, finalizes a job whose workers found no more work), deletes their releasable
-checkpoints every ``GC_SECONDS``, and claims one more job: a queued one, or a running one whose
-lease expired (its process died; ``takeovers`` counts these). A claim is one atomic UPDATE
-conditioned on the lease being free, so on several replicas exactly one process gets a job.
+A thread of its own renews the leases of the jobs it runs (``ASKTELL_JOB_LEASE_SECONDS``).
+Every ``TICK_SECONDS``, and at once when one of its local workers ends (a job's end is
+noticed without waiting for the next pass), it tends them (restarts a crashed worker a
+bounded number of times, stops the workers of a cancelled job, finalizes a job whose workers
+found no more work), deletes their releasable checkpoints every ``GC_SECONDS``, and claims one
+more job: a queued one, or a running one whose lease expired (its process died; ``takeovers``
+counts these). A claim is one atomic UPDATE conditioned on the lease being free, so on several
+replicas exactly one process gets a job.
 
 Workers are processes (``service.jobs.worker``) talking to the API at ``ASKTELL_SELF_URL``.
 On shutdown the runner stops its workers and lets its leases lapse at once, without ending the
@@ -88,6 +90,8 @@ class JobRunner:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.jobs: dict[int, RunningJob] = {}
         self._stop = threading.Event()
+        #: Set to start the next pass now: a local worker ended, or the runner stops.
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="asktell-jobs", daemon=True)
         #: Leases are renewed on their own thread, so that a slow pass (finalizing a job) never
         #: lets them lapse.
@@ -109,6 +113,7 @@ class JobRunner:
     def stop(self) -> None:
         """Stop the workers and let this process's leases lapse; the jobs stay running."""
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=30)
         self._renewer.join(timeout=30)
         for job in list(self.jobs.values()):
@@ -127,7 +132,11 @@ class JobRunner:
         )
 
     def _loop(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
+        while True:
+            self._wake.wait(TICK_SECONDS)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.tick()
             except Exception:  # keep running jobs after a transient failure; it is logged
@@ -281,7 +290,7 @@ class JobRunner:
         paths = [str(_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         command = [sys.executable, "-m", "service.jobs.worker", *argv]
-        job.procs[slot] = LocalWorker(command, env, job.logs[slot])
+        job.procs[slot] = LocalWorker(command, env, job.logs[slot], self._wake.set)
 
     def _worker_key(self, job: RunningJob) -> dict[str, str]:
         """The environment that gives the job's workers a key (``ASKTELL_API_KEY``): none when

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from client import AsyncClient, AsyncJob, Client, Job
 from client._jobs import progress_line
 from client.errors import Conflict, InvalidPredictRows, JobNotSucceeded, UnknownOptimizer
+from service.jobs import runner
 from service.jobs.runner import LOG_FOLDER
 from tests.jobs.conftest import job_body, serve
 
@@ -61,6 +63,19 @@ def test_async_job_lifecycle(url):
             assert [j.name async for j in client.jobs()] == ["async"]
 
     asyncio.run(main())
+
+
+def test_the_runner_notices_a_job_end_when_its_workers_exit(url, monkeypatch):
+    with Client(url) as client:
+        job = client.submit_job(**runs("noticed"))
+        deadline = time.monotonic() + 30
+        while client.job(job.id).info.state == "queued":
+            assert time.monotonic() < deadline, "the job was not claimed"
+            time.sleep(0.05)
+        # From here the runner's passes are a minute apart: only its workers' exits wake it.
+        monkeypatch.setattr(runner, "TICK_SECONDS", 60.0)
+        info = job.wait(progress=False, timeout=45)
+        assert info.state == "succeeded" and info.units_done == 3
 
 
 def test_progress_line(idle_url):
