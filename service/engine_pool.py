@@ -9,8 +9,9 @@ ask hands it over, waiting for a free process included) is killed with its proce
 replaced, and the ask is answered from the quasi-random fallback (``service.ask``).
 
 The processes start on the first model-based ask (a server that never runs a model pays
-nothing), forked from a ``forkserver`` that has imported the engines once, so a replacement
-starts in milliseconds; the server's threads are never forked. A process that dies, killed
+nothing), or when a tuning job of a model-based engine starts (``EnginePool.start``), forked
+from a ``forkserver`` that has imported the engines once, so a replacement starts in
+milliseconds; the server's threads are never forked. A process that dies, killed
 from outside or by the engine, is replaced. Engines stay pure: the call and the proposal are
 pickled, and the same ``run_call`` runs in the ask thread when the pool has no processes.
 """
@@ -180,7 +181,7 @@ class EnginePool:
         # Pickled before a process is taken: a call that cannot be sent costs no process.
         payload = ForkingPickler.dumps(call)
         deadline = time.monotonic() + budget
-        self._start()
+        self.start()
         worker = self._take(deadline)
         try:
             worker.conn.send_bytes(payload)
@@ -212,7 +213,10 @@ class EnginePool:
             log.warning("engine process %s exited while idle: replacing it", worker.pid)
             self._replace(worker)
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the processes in the background, if not started yet: the first call does,
+        and a caller that knows calls are coming (a tuning job about to start) can start them
+        sooner, so that the first call does not wait for them."""
         with self._lock:
             if self._started or self._closed:
                 return

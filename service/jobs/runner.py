@@ -38,6 +38,7 @@ from sqlalchemy.engine import Connection
 
 from client.key_models import ApiKeyCreated
 from client.models import JobCreate, TellRequest
+from engines.registry import engine_class
 from service import api_keys, trials
 from service.errors import ApiError
 from service.jobs import gc, results, spec
@@ -258,6 +259,10 @@ class JobRunner:
         return max(1, min(n, cap or n))
 
     def _start_workers(self, job: RunningJob) -> None:
+        if engine_class(job.config.engine_spec().name).uses_observations:
+            # The engine computes in the engine processes: they start while the workers start
+            # (seconds of imports), instead of at the first ask, which would wait for them.
+            self.store.engine_pool.start()
         n = self._worker_count(job.config)
         job.procs = [None] * n
         folder = Path(self.artifacts.root) / LOG_FOLDER

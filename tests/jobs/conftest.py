@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.app import create_app
@@ -39,12 +40,16 @@ def job_body(name: str = "j", **fields: object) -> dict[str, object]:
     return body
 
 
-def serve(settings_fields: dict[str, object]) -> Iterator[str]:
-    """A real uvicorn server of these settings in a thread: its URL, while it runs."""
+def serve(settings_fields: dict[str, object], apps: list[FastAPI] | None = None) -> Iterator[str]:
+    """A real uvicorn server of these settings in a thread: its URL, while it runs; its app is
+    appended to ``apps`` when given (a test that reads the server's state)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     settings = Settings(self_url=url, **settings_fields)  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), port=port, log_level="warning"))
+    app = create_app(settings)
+    if apps is not None:
+        apps.append(app)
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

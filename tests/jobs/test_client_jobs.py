@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fastapi import FastAPI
 
 from client import AsyncClient, AsyncJob, Client, Job
 from client._jobs import progress_line
@@ -76,6 +78,21 @@ def test_the_runner_notices_a_job_end_when_its_workers_exit(url, monkeypatch):
         monkeypatch.setattr(runner, "TICK_SECONDS", 60.0)
         info = job.wait(progress=False, timeout=45)
         assert info.state == "succeeded" and info.units_done == 3
+
+
+def test_a_model_based_job_starts_the_engine_processes_with_its_workers(sqlite_url, tmp_path):
+    apps: list[FastAPI] = []
+    fields = {"database_url": sqlite_url, "artifacts_dir": str(tmp_path / "artifacts")}
+    with contextlib.contextmanager(serve)(fields, apps) as url, Client(url) as client:
+        pool = apps[0].state.store.engine_pool
+        assert pool.pids() == []
+        job = client.submit_job(**job_body("warm"))  # ipbt: its engine computes in them
+        # Its study gone, its workers die at start: no ask starts the engine processes.
+        client.get_study(job.info.study_id).delete()
+        deadline = time.monotonic() + 30
+        while not pool.pids():
+            assert time.monotonic() < deadline, "the engine processes did not start"
+            time.sleep(0.05)
 
 
 def test_progress_line(idle_url):
