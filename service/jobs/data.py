@@ -15,6 +15,8 @@ original units.
 
 from __future__ import annotations
 
+import io
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -285,6 +287,37 @@ class Split:
     #: The number of classes, or 1 for regression.
     n_outputs: int
     preprocessor: Preprocessor
+
+    def to_bytes(self) -> bytes:
+        """The split as an ``.npz`` file: its six arrays, and the rest as JSON."""
+        meta = {
+            "task": self.task,
+            "n_features": self.n_features,
+            "n_outputs": self.n_outputs,
+            "preprocessor": self.preprocessor.to_json(),
+        }
+        buffer = io.BytesIO()
+        arrays = {name: getattr(self, name) for name in _SPLIT_ARRAYS}
+        np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, content: bytes) -> Split:
+        """The split ``to_bytes`` wrote (no pickle is loaded)."""
+        with np.load(io.BytesIO(content), allow_pickle=False) as npz:
+            meta = json.loads(str(npz["meta"]))
+            arrays = {name: npz[name] for name in _SPLIT_ARRAYS}
+        preprocessor = Preprocessor.from_json(meta["preprocessor"])
+        return cls(
+            task=meta["task"],
+            n_features=int(meta["n_features"]),
+            n_outputs=int(meta["n_outputs"]),
+            preprocessor=preprocessor,
+            **arrays,
+        )
+
+
+_SPLIT_ARRAYS = ("X_train", "y_train", "X_val", "y_val", "X_test", "y_test")
 
 
 def parse_csv(content: bytes, target: str, task: Task, max_rows: int | None = None) -> Frame:

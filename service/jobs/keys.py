@@ -13,6 +13,12 @@ def checkpoint_key(job_id: int, number: int) -> str:
     return f"jobs/{job_id}/trial-{number}.pt"
 
 
+def split_key(job_id: int) -> str:
+    """The job's dataset split and encoded (``Split.to_bytes``), which its runner publishes for
+    its workers (``service.jobs.worker.fetch_split``)."""
+    return f"jobs/{job_id}/split.npz"
+
+
 def model_key(job_id: int) -> str:
     return f"jobs/{job_id}/model.pt"
 

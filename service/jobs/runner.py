@@ -41,7 +41,7 @@ from client.models import JobCreate, TellRequest
 from engines.registry import engine_class
 from service import api_keys, trials
 from service.errors import ApiError
-from service.jobs import gc, results, spec
+from service.jobs import gc, keys, results, spec
 from service.jobs.executors import LocalWorker, RayWorker, WorkerProcess
 from service.jobs.jobs import jobs_t
 from service.jobs.worker import EXIT_DONE, EXIT_STOPPED
@@ -217,12 +217,23 @@ class JobRunner:
         running = RunningJob(job.id, job.tenant_id, job.study_id, config)
         self.jobs[job.id] = running
         log.info("job %d: claimed by %s", job.id, self.owner)
+        self._publish_split(job)
         try:
             self._start_workers(running)
         except Exception as exc:
             log.exception("job %d: its workers could not start", job.id)
             self._stop_workers(running)
             self._end(running, "failed", error=f"the job's workers could not start: {exc!r}")
+
+    def _publish_split(self, job: Any) -> None:
+        """Store the job's split for its workers (``keys.split_key``): a worker that reads it
+        neither imports scikit-learn nor parses and encodes the dataset, a second or more of
+        its start. Without it (this failed: logged) each worker computes the split itself."""
+        try:
+            split = self.store.db.read(lambda c: results.load_split(c, job))
+            keys.write(self.artifacts, job.tenant_id, keys.split_key(job.id), split.to_bytes())
+        except Exception:
+            log.exception("job %d: publishing its split failed; its workers compute it", job.id)
 
     def _claim_one(self, conn: Connection) -> Any:
         now = utcnow()

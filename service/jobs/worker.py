@@ -31,7 +31,13 @@ from typing import Any
 from client import Client
 from client._loops import evaluate
 from client._operations import Lease, Op, Sleep, ask_units, fail, tell_and_ask
-from client.errors import MaxTrialsReached, StudyNotActive, TrialFinished, TrialReassigned
+from client.errors import (
+    ArtifactNotFound,
+    MaxTrialsReached,
+    StudyNotActive,
+    TrialFinished,
+    TrialReassigned,
+)
 from client.models import JOB_ENDED, AskResponse, JobPublic, TrialPublic
 from service.jobs import keys, spec
 
@@ -48,9 +54,14 @@ CHECK_SECONDS = 2.0
 
 
 def fetch_split(client: Client, info: JobPublic) -> Any:
-    """The job's ``Split``: bundled, or the uploaded CSV fetched from the server."""
+    """The job's ``Split``: as its runner published it (``keys.split_key``), else computed here
+    from the bundled dataset or the uploaded CSV fetched from the server."""
     from service.jobs import data
 
+    try:
+        return data.Split.from_bytes(client.get_artifact(keys.split_key(info.id)))
+    except ArtifactNotFound:
+        pass
     seed = int(info.config.seed or 0)
     if info.dataset_id is None:
         return data.builtin_split(str(info.config.dataset), seed)

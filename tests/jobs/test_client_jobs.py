@@ -16,8 +16,9 @@ from fastapi import FastAPI
 from client import AsyncClient, AsyncJob, Client, Job
 from client._jobs import progress_line
 from client.errors import Conflict, InvalidPredictRows, JobNotSucceeded, UnknownOptimizer
-from service.jobs import runner
+from service.jobs import data, keys, runner
 from service.jobs.runner import LOG_FOLDER
+from service.jobs.worker import fetch_split
 from tests.jobs.conftest import job_body, serve
 
 # Tests that start job workers or Ray tasks, or find them in /proc: `make test` runs them one
@@ -93,6 +94,23 @@ def test_a_model_based_job_starts_the_engine_processes_with_its_workers(sqlite_u
         while not pool.pids():
             assert time.monotonic() < deadline, "the engine processes did not start"
             time.sleep(0.05)
+
+
+def test_a_jobs_runner_publishes_its_split_and_workers_read_it(url, idle_url):
+    with Client(url) as client:
+        job = client.submit_job(**runs("published"))
+        info = job.wait(progress=False, timeout=90)
+        published = data.Split.from_bytes(client.get_artifact(keys.split_key(job.id)))
+        expected = data.builtin_split("digits", 0)
+        assert info.state == "succeeded"
+        assert np.array_equal(published.X_val, expected.X_val)
+        assert published.preprocessor == expected.preprocessor
+    with Client(idle_url) as client:
+        queued = client.submit_job(**runs("queued")).info  # no runner: nothing published
+        assert fetch_split(client, queued).n_features == 64  # digits, computed by the worker
+        iris = data.builtin_split("iris", 0)
+        client.put_artifact(keys.split_key(queued.id), iris.to_bytes())
+        assert fetch_split(client, queued).n_features == 4  # what was published
 
 
 def test_progress_line(idle_url):

@@ -161,6 +161,23 @@ def test_preprocessor_json_round_trip():
         Preprocessor.from_json({"task": "regression"})
 
 
+def test_a_split_round_trips_through_its_bytes():
+    for split in (
+        data.csv_split(CSV, "label", "classification", 0),
+        data.builtin_split("diabetes", 0),
+    ):
+        back = data.Split.from_bytes(split.to_bytes())
+        assert (back.task, back.n_features, back.n_outputs) == (
+            split.task,
+            split.n_features,
+            split.n_outputs,
+        )
+        assert back.preprocessor == split.preprocessor
+        for name in ("X_train", "y_train", "X_val", "y_val", "X_test", "y_test"):
+            mine, theirs = getattr(back, name), getattr(split, name)
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), name
+
+
 def test_decode_gives_labels_and_original_units():
     split = data.csv_split(CSV, "label", "classification", 0)
     assert split.preprocessor.decode(np.array([[0.1, 0.9], [2.0, -1.0]])) == ["b", "a"]
