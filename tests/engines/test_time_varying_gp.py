@@ -128,10 +128,11 @@ def test_the_written_out_loss_is_gpytorchs_in_value_and_gradient():
     model = fit_time_varying_gp(*_rows(rng, 60))
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     model.train()
+    generator = torch.Generator().manual_seed(0)
     for _ in range(3):
         with torch.no_grad():
             for _, p in mll.named_parameters():
-                p.add_(0.3 * torch.randn(p.shape, dtype=p.dtype))
+                p.add_(0.3 * torch.randn(p.shape, dtype=p.dtype, generator=generator))
             model.likelihood.noise_covar.raw_noise.clamp_(min=1e-3)  # its bound in a fit
         loss, grads = TimeVaryingLoss(mll)()
         mll.zero_grad()
