@@ -67,11 +67,11 @@ Options: ``expected_trials`` (the budget, ``None`` when unknown; only rule 2 rea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 
-from engines.base import JSON, Engine, History, ModelBasedEngine, Problem, Proposal
+from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
 from engines.limits import WorkLimits
 from engines.options import check_int_options, int_option
 from engines.registry import engine_class, make_engine
@@ -111,7 +111,7 @@ class AutoEngine(ModelBasedEngine):
         """The tightest caps of the engines this study may delegate to: the one it starts
         with and the one it switches to at ``switch_at`` (``engines.limits``)."""
         names = [self.choose(problem, n).name for n in (0, self.switch_at)]
-        caps = [cast("type[Engine]", engine_class(name)).limits for name in names]
+        caps = [engine_class(name).limits for name in names]
         return WorkLimits(
             max_dimension=min(c.max_dimension for c in caps),
             max_count=min(c.max_count for c in caps),

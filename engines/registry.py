@@ -36,7 +36,7 @@ def engine_modules() -> list[str]:
     return sorted({path.split(":")[0] for path in _ENGINES.values()})
 
 
-def engine_class(name: str) -> type:
+def engine_class(name: str) -> type[Engine]:
     """The class registered under ``name``.
 
     Raises:
@@ -60,7 +60,8 @@ def make_engine(name: str, options: dict[str, Any] | None = None) -> Engine:
     """
     cls = engine_class(name)
     options = dict(options or {})
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    # Every engine class is a dataclass (its options are its fields).
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
     unknown = sorted(set(options) - set(fields))
     if unknown:
         known = sorted(fields) or "none"
@@ -71,7 +72,7 @@ def make_engine(name: str, options: dict[str, Any] | None = None) -> Engine:
     for key, value in options.items():
         _check_type(name, key, value, hints[key])
     try:
-        return typing.cast(Engine, cls(**options))
+        return cls(**options)
     except (TypeError, ValueError) as exc:
         raise EngineOptionsError(f"engine {name!r}: {exc}") from None
 

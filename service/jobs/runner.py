@@ -31,14 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection
 
 from client.key_models import ApiKeyCreated
 from client.models import JobCreate, TellRequest
-from engines.base import Engine
 from engines.registry import engine_class
 from service import api_keys, trials
 from service.errors import ApiError
@@ -271,8 +270,7 @@ class JobRunner:
         return max(1, min(n, cap or n))
 
     def _start_workers(self, job: RunningJob) -> None:
-        engine = cast("type[Engine]", engine_class(job.config.engine_spec().name))
-        if engine.uses_observations:
+        if engine_class(job.config.engine_spec().name).uses_observations:
             # The engine computes in the engine processes: they start while the workers start
             # (seconds of imports), instead of at the first ask, which would wait for them.
             self.store.engine_pool.start()
