@@ -56,7 +56,6 @@ from botorch.models.transforms.outcome import Standardize
 from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from botorch.utils.transforms import t_batch_mode_transform
-from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch.autograd.function import once_differentiable
 
 from engines import gp_likelihood
@@ -165,16 +164,7 @@ def fit_gp(
         model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
     if start is not None:
         start(model)
-    mll: ExactMarginalLogLikelihood
-    closure = None
-    if gp_likelihood.applies_to(model):
-        mll = gp_likelihood.ClosedFormMLL(model)
-        # One GP: the closed form as the closure, which spares the autograd node and BoTorch's
-        # closure around it at every step; a batch: BoTorch fits each member on its own, and
-        # only its own path does, through the marginal likelihood's custom loss.
-        closure = mll.closed_form if Y.shape[-1] == 1 else None
-    else:
-        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    mll, closure = gp_likelihood.objective(model)
     fit_gpytorch_mll(mll, closure=closure, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 

@@ -34,6 +34,7 @@ fit calls, one autograd node over the same computation.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -84,6 +85,20 @@ def applies_to(model: SingleTaskGP) -> bool:
         and not kernel.raw_lengthscale_constraint.enforced
         and not likelihood.noise_covar.raw_noise_constraint.enforced
     )
+
+
+def objective(
+    model: SingleTaskGP,
+) -> tuple[ExactMarginalLogLikelihood, Callable[[], Any] | None]:
+    """What BoTorch's ``fit_gpytorch_mll`` maximizes for ``model``, and the closure it calls
+    (``None``: BoTorch's own, autograd through gpytorch): the closed form where it
+    ``applies_to`` the model, for one GP as the closure itself, for a batch through
+    ``ClosedFormMLL.compute_custom_loss`` (BoTorch fits each member on its own, and only its
+    own path does); else gpytorch's exact marginal likelihood."""
+    if not applies_to(model):
+        return ExactMarginalLogLikelihood(model.likelihood, model), None
+    mll = ClosedFormMLL(model)
+    return mll, mll.closed_form if model.num_outputs == 1 else None
 
 
 class ClosedFormLoss:

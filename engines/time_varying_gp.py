@@ -237,12 +237,9 @@ def _likelihood(
 ) -> tuple[ExactMarginalLogLikelihood, Callable[[], Any]]:
     """The marginal likelihood to fit ``model`` by and the closure that evaluates it: the
     closed form of ``engines.gp_likelihood`` for the smoother (BoTorch's default modules),
-    ``TimeVaryingLoss`` for a time-varying GP."""
-    if gp_likelihood.applies_to(model):
-        closed = gp_likelihood.ClosedFormMLL(model)
-        return closed, closed.closed_form
-    mll = ExactMarginalLogLikelihood(model.likelihood, model)
-    return mll, TimeVaryingLoss(mll)
+    ``TimeVaryingLoss`` for a time-varying GP (gpytorch's likelihood, no closure of its own)."""
+    mll, closure = gp_likelihood.objective(model)
+    return mll, closure or TimeVaryingLoss(mll)
 
 
 def _fit(model: SingleTaskGP, init: Hyperparameters | None = None) -> None:
