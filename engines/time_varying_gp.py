@@ -154,7 +154,6 @@ class TimeVaryingLoss:
         X = model.train_inputs[0]
         self.square, self.gap = _differences(X, X)
         self.y = model.train_targets
-        self.eye = torch.eye(len(X), dtype=X.dtype)
 
     def __call__(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         raws = [p.detach().requires_grad_() for _, p in self.named]
@@ -177,8 +176,7 @@ class TimeVaryingLoss:
         eps = value(self.time, "eps", prefix + "base_kernel.kernels.1.raw_eps").reshape(())
         noise = value(self.noise_covar, "noise", "likelihood.noise_covar.raw_noise").reshape(())
         constant = raw["model.mean_module.raw_constant"].reshape(())
-        K = _covariance(self.square, self.gap, outputscale, lengthscale, eps) + noise * self.eye
-        L = psd_safe_cholesky(K)  # as gpytorch: jitter, then NotPSDError (the fit retries)
+        L = _cholesky(self.square, self.gap, outputscale, lengthscale, eps, noise)
         resid = (self.y - constant).unsqueeze(-1)
         white = torch.linalg.solve_triangular(L, resid, upper=False)
         n = len(self.y)
@@ -210,6 +208,20 @@ def _covariance(
     return outputscale * matern * torch.pow(1.0 - eps, gap)
 
 
+def _cholesky(
+    square: torch.Tensor,
+    gap: torch.Tensor,
+    outputscale: torch.Tensor,
+    lengthscale: torch.Tensor,
+    eps: torch.Tensor,
+    noise: torch.Tensor,
+) -> torch.Tensor:
+    """The Cholesky factor of ``K + s2 I`` on the training rows, as gpytorch factors it: with
+    jitter if need be, then ``NotPSDError`` (which BoTorch's fit retries on)."""
+    K = _covariance(square, gap, outputscale, lengthscale, eps)
+    return psd_safe_cholesky(K + noise * torch.eye(len(K), dtype=K.dtype))
+
+
 def mean_and_std(model: SingleTaskGP, Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The posterior mean and standard deviation ``(z,)`` of ``f`` at the rows of ``Z`` under a
     ``fit_time_varying_gp`` model and its training data (fantasies included), written out:
@@ -221,9 +233,8 @@ def mean_and_std(model: SingleTaskGP, Z: torch.Tensor) -> tuple[torch.Tensor, to
     lengthscale = matern.lengthscale.detach().reshape(-1)
     eps = time_kernel.eps.detach().reshape(())
     X, y = model.train_inputs[0], model.train_targets
-    K = _covariance(*_differences(X, X), outputscale, lengthscale, eps)
-    K = K + model.likelihood.noise.detach().reshape(()) * torch.eye(len(X), dtype=X.dtype)
-    L = psd_safe_cholesky(K)
+    noise = model.likelihood.noise.detach().reshape(())
+    L = _cholesky(*_differences(X, X), outputscale, lengthscale, eps, noise)
     constant = model.mean_module.constant.detach().reshape(())
     alpha = torch.cholesky_solve((y - constant).unsqueeze(-1), L).squeeze(-1)
     cross = _covariance(*_differences(Z, X), outputscale, lengthscale, eps)
