@@ -45,6 +45,17 @@ def load_split(conn: Connection, job: Row) -> Any:
     return data.csv_split(bytes(row.content), row.target, row.task, seed)
 
 
+def published_split(store: Store, artifacts: Any, job: Row) -> Any:
+    """The job's ``Split`` as its runner published it for the workers (``keys.split_key``),
+    else (its publishing failed) computed again (``load_split``)."""
+    from service.jobs import data
+
+    try:
+        return data.Split.from_bytes(keys.read(artifacts, job.tenant_id, keys.split_key(job.id)))
+    except ApiError:  # artifact_not_found
+        return store.db.read(lambda c: load_split(c, job))
+
+
 def _unit_segments(conn: Connection, study_id: int, chain: list[Any]) -> list[JobSegment]:
     numbers = [s.trial for s in chain]
     docs = {
@@ -113,7 +124,7 @@ def finalize(store: Store, artifacts: Any, job: Row) -> JobResult:
     config = JobCreate.model_validate(job.config)
     segments, checkpoint_key = best_of(store, job)
     checkpoint = keys.read(artifacts, job.tenant_id, checkpoint_key)
-    split = store.db.read(lambda c: load_split(c, job))
+    split = published_split(store, artifacts, job)
     workload = config.workload_spec()
     trained = load_workload(workload.name)
     test_score: float | None = None  # a workload that only trains has none
