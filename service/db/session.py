@@ -18,6 +18,7 @@ import contextlib
 import functools
 import multiprocessing
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -185,13 +186,32 @@ def _transient(exc: DBAPIError) -> bool:
     return code in _PG_RETRYABLE
 
 
+#: How long a new connection retries switching a fresh file to WAL (the connection's timeout).
+_WAL_SECONDS = 30.0
+
+
+def _set_wal(cursor: sqlite3.Cursor) -> None:
+    """``PRAGMA journal_mode=WAL``, again while another connection switches the same fresh
+    file at the same moment: SQLite answers one of the two "database is locked" at once,
+    without its busy timeout (two uvicorn workers starting on a new database file did)."""
+    deadline = time.monotonic() + _WAL_SECONDS
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.02))
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is deferred-only).
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _set_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
