@@ -52,6 +52,18 @@ print(json.dumps([health, asks]))
 SLOW_COUNT = 4
 
 
+def _busiest_processes() -> str:
+    """The machine's load and its busiest processes now (``top``), for a failed timing: the
+    probes have missed their bound only after the parallel test run, never alone, so say what
+    else ran."""
+    try:
+        return subprocess.run(
+            ["top", "-b", "-c", "-n", "1", "-w", "200"], capture_output=True, text=True, timeout=10
+        ).stdout[:4000]
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"top failed: {exc}"
+
+
 def _slow_gp_study(http: httpx.Client) -> int:
     """A gp study with 30 completed trials on 8 parameters whose asks (of ``SLOW_COUNT``
     points) optimize the acquisition from 16 starts per point, the cap: about a second each."""
@@ -132,6 +144,8 @@ def test_a_slow_study_freezes_nothing_else(
         with ThreadPoolExecutor(ASKS) as pool:
             for _ in range(ASKS):
                 pool.submit(ask)
+            time.sleep(1.0)  # inside the probes' window, the asks running
+            machine = _busiest_processes()
         out, _ = probe.communicate(timeout=60)
         assert probe.returncode == 0, out
         health, other_asks = json.loads(out)
@@ -139,8 +153,9 @@ def test_a_slow_study_freezes_nothing_else(
         # Most probes within the target; none near a freeze (before admission: > 10 s). The
         # slowest probe is bounded looser: the test suite runs on two cores shared with
         # another test process, whose load the server cannot help.
-        assert sorted(health)[int(0.9 * len(health))] < HEALTH_LIMIT, health
-        assert max(health) < 10 * HEALTH_LIMIT, health
+        slow_probes = f"/healthz latencies (s): {health}\nduring the asks:\n{machine}"
+        assert sorted(health)[int(0.9 * len(health))] < HEALTH_LIMIT, slow_probes
+        assert max(health) < 10 * HEALTH_LIMIT, slow_probes
         assert max(other_asks) < 2.0, other_asks
 
         busy = [o for o in outcomes if isinstance(o, httpx.Response) and o.status_code == 503]
