@@ -61,10 +61,9 @@ from service.store import (
 )
 from service.suggest import details_of, suggest
 from service.trials import new_trial
-from service.units import load_units
+from service.unit_rows import PENDING_STATES
 from service.wire import trial_public
 
-PENDING_STATES = ("waiting", "running", "stale")
 _ASK_ATTEMPTS = 12
 #: Advisory lock class of "one ask at a time per study" on PostgreSQL.
 _ASK_LOCK = 7001
@@ -334,7 +333,7 @@ def _snapshot(
     X_pending = np.vstack([plan.X_pending, *(p.x[None, :] for p in pooled)])
     history = load_history(conn, ask.study_id, parsed, X_pending, ask.store.history)
     if parsed.engine.schedules_units:
-        history = replace(history, units=load_units(conn, ask.study_id, parsed))
+        history = replace(history, units=ask.store.units.load(conn, ask.study_id, parsed))
     budget = suggestion_pool.time_budget(conn, ask.study_id, ask.store.engine_pool.budget)
     return row, history, need, pooled, budget
 

@@ -42,7 +42,6 @@ from service import suggestion_pool
 from service.ask import (
     _ASK_LOCK,
     _STUDY_COLUMNS,
-    PENDING_STATES,
     _VersionMoved,
 )
 from service.errors import ApiError
@@ -50,6 +49,7 @@ from service.history import load_history, stack_points
 from service.problem import ParsedStudy
 from service.store import Store, find_study, studies_t, trials_t, utcnow
 from service.suggest import suggest
+from service.unit_rows import PENDING_STATES
 
 log = logging.getLogger("asktell.pool")
 

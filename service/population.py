@@ -10,7 +10,8 @@ from sqlalchemy.engine import Connection, Row
 from client.models import CheckpointRef, PopulationCheckpoint, PopulationUnit, StudyPopulation
 from engines.base import best_unit
 from service.store import Store
-from service.units import checkpoint_split, scheduler_rows, unit_list
+from service.unit_rows import unit_list
+from service.units import checkpoint_split, scheduler_rows
 
 
 def study_population(

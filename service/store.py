@@ -26,6 +26,7 @@ from service.history import HistoryCache
 from service.idempotency import Answer, IdemKey, answered, replay
 from service.lru import LruCache
 from service.problem import ParsedStudy, ParsedStudyCache
+from service.unit_rows import UnitCache
 from service.write_groups import WriteGroups
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class Store:
         self.parsed_studies = ParsedStudyCache()
         #: Completed-trial arrays per study, for model-based asks (``service.history``).
         self.history = HistoryCache(history_cache_bytes)
+        #: Finished units per scheduler study, for asks (``service.unit_rows``).
+        self.units = UnitCache()
         #: Chart answers by study revision (``service.progress.study_history``).
         self.charts = LruCache()
         #: Writes to one study made in one transaction while they queue (``tell_ask``).

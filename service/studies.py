@@ -269,6 +269,7 @@ def delete_study(store: Store, tenant_id: int, study_id: int) -> None:
     # This process frees the arrays now; others evict them in time (the study is never
     # asked again, so their entries are only unused memory).
     store.history.forget(study_id)
+    store.units.forget(study_id)
 
 
 # --- best ---------------------------------------------------------------------------------

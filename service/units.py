@@ -1,98 +1,21 @@
-"""Training units of scheduler studies (``pbt``, ``ipbt``): what the engine reads, lineage,
-the schedule of the best member, and which checkpoints may be deleted.
-
-A unit is a trial with a ``unit`` document (``client.models.Unit``). Its score is the first
-objective; the score of its starting weights is the first objective reported at its
-``from_step``; its checkpoint is the one of its measurement at the highest step that has one
-(a tell with ``checkpoint`` stores it at ``to_step``).
+"""Training units of scheduler studies (``pbt``, ``ipbt``): lineage, the schedule of the best
+member, and which checkpoints may be deleted. What a unit is, and the units the engine reads:
+``service.unit_rows``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection, Row
 
 from client.models import CheckpointRef, CheckpointsPublic, Lineage, Segment
 from engines.base import Unit, best_unit
 from service.errors import ApiError, ProblemCode
 from service.problem import ParsedStudy
-from service.store import Store, find_study, measurements_t, trial_not_found, trials_t
+from service.store import Store, find_study, trial_not_found
+from service.unit_rows import final_checkpoint, unit_list, unit_rows
 from service.wire import from_columns
-
-_UNIT_TRIALS = (
-    select(
-        trials_t.c.id,
-        trials_t.c.number,
-        trials_t.c.state,
-        trials_t.c.x,
-        trials_t.c.unit,
-        trials_t.c.params,
-        trials_t.c["values"],
-        trials_t.c.started_at,
-    )
-    .where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.unit.is_not(None))
-    .order_by(trials_t.c.number)
-)
-_UNIT_MEASUREMENTS = (
-    select(
-        measurements_t.c.trial_id,
-        measurements_t.c.step,
-        measurements_t.c["values"],
-        measurements_t.c.checkpoint,
-    )
-    .join(trials_t, trials_t.c.id == measurements_t.c.trial_id)
-    .where(trials_t.c.study_id == bindparam("study_id"), trials_t.c.unit.is_not(None))
-    .order_by(measurements_t.c.step)
-)
-
-
-def _unit_rows(conn: Connection, study_id: int) -> tuple[list[Row], dict[int, list[Row]]]:
-    trials = list(conn.execute(_UNIT_TRIALS, {"study_id": study_id}))
-    measurements: dict[int, list[Row]] = {}
-    for m in conn.execute(_UNIT_MEASUREMENTS, {"study_id": study_id}):
-        measurements.setdefault(m.trial_id, []).append(m)
-    return trials, measurements
-
-
-def _checkpoint(measurements: list[Row]) -> str | None:
-    saved = [m.checkpoint for m in measurements if m.checkpoint is not None]
-    return saved[-1] if saved else None
-
-
-def load_units(conn: Connection, study_id: int, parsed: ParsedStudy) -> tuple[Unit, ...]:
-    """Every unit of the study as the engine sees it, in trial-number order."""
-    return unit_list(*_unit_rows(conn, study_id), parsed)
-
-
-def unit_list(
-    trials: list[Row], measurements: dict[int, list[Row]], parsed: ParsedStudy
-) -> tuple[Unit, ...]:
-    """The engine's units of the rows of ``scheduler_rows``."""
-    name, sign = parsed.objective_names[0], float(parsed.signs[0])
-    units = []
-    for t in trials:
-        ms = measurements.get(t.id, [])
-        before = [m for m in ms if m.step == t.unit["from_step"] and name in m.values]
-        state: Literal["pending", "completed", "failed"] = (
-            "completed" if t.state == "completed" else "failed"
-        )
-        if t.state in ("waiting", "running", "stale"):
-            state = "pending"
-        units.append(
-            Unit(
-                number=t.number,
-                x=np.frombuffer(t.x, dtype=np.float64).copy(),
-                spec=t.unit,
-                state=state,
-                y=sign * t.values[name] if state == "completed" else None,
-                y_before=sign * before[0].values[name] if before else None,
-                checkpoint=_checkpoint(ms),
-            )
-        )
-    return tuple(units)
 
 
 def _segments(trials: list[Row], measurements: dict[int, list[Row]]) -> dict[int, Segment]:
@@ -103,7 +26,7 @@ def _segments(trials: list[Row], measurements: dict[int, list[Row]]) -> dict[int
             trial=t.number,
             params=t.params,
             values=t.values,
-            checkpoint=_checkpoint(measurements.get(t.id, [])),
+            checkpoint=final_checkpoint(measurements.get(t.id, [])),
         )
         for t in trials
     }
@@ -125,7 +48,7 @@ def scheduler_rows(
     store: Store, conn: Connection, tenant_id: int, study_id: int
 ) -> tuple[Row, ParsedStudy, list[Row], dict[int, list[Row]]]:
     """The study row, parsed study, unit trials and measurements of a scheduler study
-    (``_unit_rows``).
+    (``unit_rows``).
 
     Raises:
         ApiError: 404 for a missing study; 409 ``not_a_scheduler_study`` for another engine.
@@ -138,7 +61,7 @@ def scheduler_rows(
             f"study {study_id} uses engine {parsed.engine.name!r}, which hands out no training "
             "units; lineage and checkpoints exist for the schedulers (pbt, ipbt)",
         )
-    return (study, parsed, *_unit_rows(conn, study_id))
+    return (study, parsed, *unit_rows(conn, study_id))
 
 
 def lineage(store: Store, tenant_id: int, study_id: int, number: int) -> Lineage:
