@@ -70,6 +70,9 @@ class Store:
         #: study_id)``, after a tell or an ask (``service.pool_refill``); ``None``: this process
         #: neither refills nor serves the pool (``ASKTELL_SUGGESTION_POOL=0``, tests).
         self.refill_pool: Callable[[int, int], None] | None = None
+        #: Wakes this process's job runner (``service.jobs.runner``), if it has one, after a
+        #: job is created or cancelled: it takes or stops the job now, not at its next pass.
+        self.jobs_changed: Callable[[], None] = lambda: None
         #: This process's refills, which an ask that found a pool short waits for.
         self.pool_refills: PoolRefiller | None = None
 

@@ -177,7 +177,9 @@ def create_job(
         )
         return 201, job_public(conn, find_job(conn, tenant_id, job_id))
 
-    return store.write(tenant_id, idem, fn)
+    answer = store.write(tenant_id, idem, fn)
+    store.jobs_changed()
+    return answer
 
 
 def _check_free(conn: Connection, tenant_id: int, name: str, study_name: str) -> None:
@@ -299,4 +301,6 @@ def cancel_job(store: Store, tenant_id: int, job_id: int, idem: IdemKey | None) 
         )
         return 200, job_public(conn, find_job(conn, tenant_id, job_id))
 
-    return store.write(tenant_id, idem, fn)
+    answer = store.write(tenant_id, idem, fn)
+    store.jobs_changed()
+    return answer

@@ -3,7 +3,8 @@ lifespan like the lease reaper) that runs jobs.
 
 A thread of its own renews the leases of the jobs it runs (``ASKTELL_JOB_LEASE_SECONDS``).
 Every ``TICK_SECONDS``, and at once when one of its local workers ends (a job's end is
-noticed without waiting for the next pass), it tends them (restarts a crashed worker a
+noticed without waiting for the next pass) or a job is created or cancelled through this
+process (``Store.jobs_changed``), it tends them (restarts a crashed worker a
 bounded number of times, stops the workers of a cancelled job, finalizes a job whose workers
 found no more work), deletes their releasable checkpoints every ``GC_SECONDS``, and claims one
 more job: a queued one, or a running one whose lease expired (its process died; ``takeovers``
@@ -110,6 +111,7 @@ class JobRunner:
     def start(self) -> None:
         self._thread.start()
         self._renewer.start()
+        self.store.jobs_changed = self._wake.set
 
     def stop(self) -> None:
         """Stop the workers and let this process's leases lapse; the jobs stay running."""

@@ -81,6 +81,17 @@ def test_the_runner_notices_a_job_end_when_its_workers_exit(url, monkeypatch):
         assert info.state == "succeeded" and info.units_done == 3
 
 
+def test_a_job_created_is_claimed_at_once_not_at_the_runners_next_pass(url, monkeypatch):
+    monkeypatch.setattr(runner, "TICK_SECONDS", 60.0)
+    time.sleep(1.5)  # the pass under way ends; the next ones are a minute apart
+    with Client(url) as client:
+        job = client.submit_job(**runs("at-once"))
+        deadline = time.monotonic() + 10
+        while client.job(job.id).info.state == "queued":
+            assert time.monotonic() < deadline, "the job was not claimed"
+            time.sleep(0.05)
+
+
 def test_a_model_based_job_starts_the_engine_processes_with_its_workers(sqlite_url, tmp_path):
     apps: list[FastAPI] = []
     fields = {"database_url": sqlite_url, "artifacts_dir": str(tmp_path / "artifacts")}
