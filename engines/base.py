@@ -231,3 +231,10 @@ class UnitScheduler:
     uses_observations: ClassVar[bool] = True
     max_objectives: ClassVar[int | None] = 1
     schedules_units: ClassVar[bool] = True
+
+    def light_call(self, history: History, state: JSON) -> bool:
+        """Whether ``suggest`` on this history and state is bookkeeping only (hand out planned
+        units, or say to wait): milliseconds and no model, so that the service may run it in
+        the ask's thread instead of sending the history to an engine process. A pure
+        prediction, never wrong in the other direction: False unless known light."""
+        return False

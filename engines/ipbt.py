@@ -78,6 +78,20 @@ SHRINK, PERTURB = 0.2, 0.1
 TOO_SLOW_WINDOW = 15
 
 
+def _not_handed_out(s: _State, units: tuple[Unit, ...]) -> list[JSON]:
+    """The documents of the plan no unit was handed out for yet."""
+    handed_out = issued(units)
+    return [d for d in s.plan if (d["generation"], d["member"]) not in handed_out]
+
+
+def _told_generation(s: _State, units: tuple[Unit, ...]) -> list[Unit] | None:
+    """The current generation's units once every one is told, else None (still training)."""
+    generation = [u for u in units if u.spec["generation"] == s.generation]
+    if any(u.state == "pending" for u in generation) or len(generation) < len(s.plan):
+        return None
+    return generation
+
+
 def too_slow(best: list[float]) -> bool:
     """Less than one standard deviation gained over the last ``TOO_SLOW_WINDOW - 1`` steps."""
     if len(best) < TOO_SLOW_WINDOW:
@@ -135,12 +149,11 @@ class IPBTEngine(UnitScheduler):
         if not s.plan and not s.finished:
             s.seed = int(rng.integers(2**63))
             s.plan = self._initial_generation(problem, s, rng)
-        handed_out = issued(history.units)
-        todo = [d for d in s.plan if (d["generation"], d["member"]) not in handed_out]
+        todo = _not_handed_out(s, history.units)
         waiting = False
         if not todo and not s.finished:
-            generation = [u for u in history.units if u.spec["generation"] == s.generation]
-            if any(u.state == "pending" for u in generation) or len(generation) < len(s.plan):
+            generation = _told_generation(s, history.units)
+            if generation is None:
                 waiting = True
             else:
                 # From the state, not from ``rng``: how many asks found the generation still
@@ -152,6 +165,13 @@ class IPBTEngine(UnitScheduler):
         s.pinned = _pinned(s, units)
         retry_after = self.poll_seconds if waiting and len(docs) < count else None
         return unit_proposal(docs, problem.d, s.dump(), retry_after)
+
+    def light_call(self, history: History, state: JSON) -> bool:
+        """Light unless the ask closes a generation (the GP fits, a restart's candidates)."""
+        assert self.t_max is not None
+        s = _State.load(state, self.t_max, self.initial_step_share)
+        # A plan not wholly handed out is a generation not wholly told.
+        return s.finished or not s.plan or _told_generation(s, history.units) is None
 
     # --- generations -------------------------------------------------------------------------
 

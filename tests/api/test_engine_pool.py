@@ -198,6 +198,34 @@ def test_an_engine_process_killed_from_outside_is_replaced(pool_of_one: TestClie
     assert busy not in pool.pids() and len(pool.pids()) == 1
 
 
+def test_a_schedulers_light_calls_run_in_the_ask_and_a_generation_close_in_the_pool(
+    pool_of_one: TestClient,
+) -> None:
+    """With a budget no engine process can meet, only the ask that closes a generation is
+    abandoned: handing out the planned units and saying to wait never reach the pool."""
+    http = pool_of_one
+    body = {
+        "name": "ipbt",
+        "parameters": [{"type": "float", "name": "lr", "low": 0.001, "high": 1.0, "log": True}],
+        "objectives": [{"name": "accuracy", "goal": "maximize"}],
+        "engine": {"name": "ipbt", "options": {"t_max": 100, "population_size": 2}},
+        "ask_time_budget": 1e-9,
+    }
+    sid = http.post("/v1/studies", json=body).json()["id"]
+    units = _ask(http, sid, count=3).json()["trials"]  # 2P = 4 candidates planned
+    units += _ask(http, sid, count=3).json()["trials"]
+    assert [t["unit"]["reason"] for t in units] == ["initial"] * 4
+    waiting = _ask(http, sid).json()
+    assert waiting["trials"] == [] and waiting["retry_after"] > 0
+    for t in units:
+        body = {"values": {"accuracy": 0.5}, "checkpoint": f"c{t['number']}"}
+        assert http.post(f"/v1/studies/{sid}/trials/{t['number']}/tell", json=body).is_success
+
+    closing = _ask(http, sid)
+
+    assert closing.status_code == 503 and "time budget" in closing.json()["detail"]
+
+
 def test_without_engine_processes_the_engine_runs_in_the_ask(sqlite_url: str) -> None:
     # No process, so no budget either: a thread cannot be abandoned.
     with _server(sqlite_url, processes=0, budget=1e-9) as http:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engines.base import Problem
+from engines.base import History, Problem, Unit
 from engines.errors import EngineOptionsError
 from engines.ipbt import too_slow
 from engines.registry import make_engine
@@ -159,3 +159,51 @@ def test_the_generations_do_not_depend_on_how_many_asks_waited():
 def test_bad_options_are_refused(options, match):
     with pytest.raises(EngineOptionsError, match=match):
         make_engine("ipbt", options)
+
+
+def test_a_call_is_light_exactly_when_it_closes_no_generation():
+    """Workers take 3 units per ask and tell one or two of their units between asks, so asks
+    hand out part of a plan, find a generation training, or close it (restarts included);
+    ``light_call`` must say beforehand which asks closed none."""
+    engine = make_engine("ipbt", {"t_max": 1000, "population_size": 4, "initial_step_share": 0.02})
+    rng = np.random.default_rng(0)
+    units: list[Unit] = []
+    progress: dict[str, np.ndarray] = {}
+    state: dict = {}
+    seen = {"light": 0, "closing": 0, "waiting": 0}
+    for version in range(2000):
+        history = dataclasses.replace(History.empty(LR), units=tuple(units))
+        light = engine.light_call(history, state)
+        proposal = engine.suggest(LR, history, 3, state, np.random.default_rng(version))
+        closed = bool(state) and (
+            proposal.state["generation"] != state["generation"]
+            or proposal.state["finished"] != state["finished"]
+        )
+        assert light == (not closed), (version, state.get("generation"))
+        seen["light" if light else "closing"] += 1
+        seen["waiting"] += proposal.retry_after is not None
+        state = proposal.state
+        units += [
+            Unit(number=len(units) + i, x=x, spec=doc, state="pending")
+            for i, (x, doc) in enumerate(zip(proposal.X, proposal.units, strict=True))
+        ]
+        pending = [u for u in units if u.state == "pending"]
+        if not pending and not len(proposal.X) and proposal.retry_after is None:
+            break
+        for u in pending[: int(rng.integers(1, 3))]:
+            doc = u.spec
+            theta = (
+                np.zeros(1)
+                if doc["start"]["kind"] == "fresh"
+                else progress[doc["start"]["checkpoint"]]
+            )
+            if doc.get("transform", {}).get("kind") == "shrink_perturb":
+                theta = doc["transform"]["shrink"] * theta
+            before = -accuracy(theta) if doc.get("eval_before") else None
+            theta = curve_train(theta, LR.space.decode(u.x), doc["to_step"] - doc["from_step"])
+            progress[f"c{u.number}"] = theta
+            units[u.number] = dataclasses.replace(
+                u, state="completed", y=-accuracy(theta), y_before=before, checkpoint=f"c{u.number}"
+            )
+    assert state["finished"] and state["iteration"] >= 1
+    assert seen["closing"] > 10 and seen["waiting"] > 10 and seen["light"] > seen["closing"]
