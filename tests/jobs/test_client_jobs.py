@@ -68,13 +68,17 @@ def test_async_job_lifecycle(url):
     asyncio.run(main())
 
 
+def _wait_claimed(client: Client, job_id: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while client.job(job_id).info.state == "queued":
+        assert time.monotonic() < deadline, "the job was not claimed"
+        time.sleep(0.05)
+
+
 def test_the_runner_notices_a_job_end_when_its_workers_exit(url, monkeypatch):
     with Client(url) as client:
         job = client.submit_job(**runs("noticed"))
-        deadline = time.monotonic() + 30
-        while client.job(job.id).info.state == "queued":
-            assert time.monotonic() < deadline, "the job was not claimed"
-            time.sleep(0.05)
+        _wait_claimed(client, job.id, 30)
         # From here the runner's passes are a minute apart: only its workers' exits wake it.
         monkeypatch.setattr(runner, "TICK_SECONDS", 60.0)
         info = job.wait(progress=False, timeout=45)
@@ -86,10 +90,7 @@ def test_a_job_created_is_claimed_at_once_not_at_the_runners_next_pass(url, monk
     time.sleep(1.5)  # the pass under way ends; the next ones are a minute apart
     with Client(url) as client:
         job = client.submit_job(**runs("at-once"))
-        deadline = time.monotonic() + 10
-        while client.job(job.id).info.state == "queued":
-            assert time.monotonic() < deadline, "the job was not claimed"
-            time.sleep(0.05)
+        _wait_claimed(client, job.id, 10)
 
 
 def test_a_model_based_job_starts_the_engine_processes_with_its_workers(sqlite_url, tmp_path):
