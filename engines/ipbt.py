@@ -61,11 +61,13 @@ from engines.time_varying_gp import (
     hyperparameters,
     lcb_in_trust_region,
     smoothed_improvement,
+    too_slow,
 )
 from engines.units import (
     best_descendant_score,
     checkpoint_starts,
-    issued,
+    not_handed_out,
+    told_generation,
     unit_document,
     unit_proposal,
 )
@@ -75,30 +77,6 @@ MAX_ROWS = 100
 TR_INIT, TR_MIN, TR_MAX = 0.4, 0.15, 1.0
 TR_FACTOR, TR_SUCCESSES, TR_FAILURES = 1.5, 3, 10
 SHRINK, PERTURB = 0.2, 0.1
-TOO_SLOW_WINDOW = 15
-
-
-def _not_handed_out(s: _State, units: tuple[Unit, ...]) -> list[JSON]:
-    """The documents of the plan no unit was handed out for yet."""
-    handed_out = issued(units)
-    return [d for d in s.plan if (d["generation"], d["member"]) not in handed_out]
-
-
-def _told_generation(s: _State, units: tuple[Unit, ...]) -> list[Unit] | None:
-    """The current generation's units once every one is told, else None (still training)."""
-    generation = [u for u in units if u.spec["generation"] == s.generation]
-    if any(u.state == "pending" for u in generation) or len(generation) < len(s.plan):
-        return None
-    return generation
-
-
-def too_slow(best: list[float]) -> bool:
-    """Less than one standard deviation gained over the last ``TOO_SLOW_WINDOW - 1`` steps."""
-    if len(best) < TOO_SLOW_WINDOW:
-        return False
-    fitness = -np.asarray(best, dtype=np.float64)
-    z = (fitness - fitness.mean()) / (fitness.std() or 1.0)
-    return bool(z.max() - z[: -(TOO_SLOW_WINDOW - 1)].max() < 1.0)
 
 
 @dataclass
@@ -149,10 +127,10 @@ class IPBTEngine(UnitScheduler):
         if not s.plan and not s.finished:
             s.seed = int(rng.integers(2**63))
             s.plan = self._initial_generation(problem, s, rng)
-        todo = _not_handed_out(s, history.units)
+        todo = not_handed_out(s.plan, history.units)
         waiting = False
         if not todo and not s.finished:
-            generation = _told_generation(s, history.units)
+            generation = told_generation(history.units, s.generation, len(s.plan))
             if generation is None:
                 waiting = True
             else:
@@ -170,8 +148,8 @@ class IPBTEngine(UnitScheduler):
         """Light unless the ask closes a generation (the GP fits, a restart's candidates)."""
         assert self.t_max is not None
         s = _State.load(state, self.t_max, self.initial_step_share)
-        # A plan not wholly handed out is a generation not wholly told.
-        return s.finished or not s.plan or _told_generation(s, history.units) is None
+        told = told_generation(history.units, s.generation, len(s.plan))
+        return s.finished or not s.plan or told is None
 
     # --- generations -------------------------------------------------------------------------
 

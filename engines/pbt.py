@@ -59,7 +59,7 @@ from engines.space import (
     ParamValue,
     SearchSpace,
 )
-from engines.units import checkpoint_starts, issued, unit_document, unit_proposal
+from engines.units import checkpoint_starts, not_handed_out, unit_document, unit_proposal
 
 #: A member whose last units all failed this many times is dropped from the population.
 MAX_FAILURES_IN_A_ROW = 3
@@ -302,10 +302,7 @@ class PBTEngine(UnitScheduler):
                 for m in members
                 if (d := self._next_unit(problem, m, [], [], initial, rng, generation=0))
             ]
-        handed_out = issued(history.units)
-        todo = [
-            d for d in plan if d is not None and (d["generation"], d["member"]) not in handed_out
-        ]
+        todo = not_handed_out(plan, history.units)
         if todo:
             return todo, False, plan
         if any(m.busy for m in members):

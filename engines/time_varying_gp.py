@@ -8,7 +8,7 @@
   chosen point enters the model as a fantasy at its posterior mean (batch diversity, as in PB2).
 - ``copula``: targets standardized by rank (rank to standard normal quantile).
 - ``smoothed_improvement``: whether a GP smoothing of a score curve ends lower than the step
-  before (IPBT's stagnation test).
+  before (IPBT's stagnation test); ``too_slow``, its other test, needs no GP.
 
 Our design, for speed (a generation's fits and LCBs run while every worker waits): the fit's
 loss (``TimeVaryingLoss``) and the LCB's posterior (``mean_and_std``) are written out in plain
@@ -53,6 +53,8 @@ from engines import bo, gp_likelihood
 #: Random points of the trust region scored by the LCB.
 N_CANDIDATES = 1024
 LCB_BETA = 3.0
+#: Points of the best-score curve ``too_slow`` looks at.
+TOO_SLOW_WINDOW = 15
 FIT_MAXITER = 50
 WARM_MAXITER = 15
 #: A GP's hyperparameters as JSON (raw values by parameter name), to warm-start the next fit.
@@ -298,6 +300,16 @@ def lcb_in_trust_region(
         fantasy_Y = torch.cat([model.train_targets, mean[best : best + 1]])
         ExactGP.set_train_data(model, fantasy_X, fantasy_Y, strict=False)
     return np.array(chosen)
+
+
+def too_slow(best: list[float]) -> bool:
+    """IPBT's "too slow": less than one standard deviation gained over the last
+    ``TOO_SLOW_WINDOW - 1`` steps of ``best`` (lower is better)."""
+    if len(best) < TOO_SLOW_WINDOW:
+        return False
+    fitness = -np.asarray(best, dtype=np.float64)
+    z = (fitness - fitness.mean()) / (fitness.std() or 1.0)
+    return bool(z.max() - z[: -(TOO_SLOW_WINDOW - 1)].max() < 1.0)
 
 
 def smoothed_improvement(

@@ -62,6 +62,21 @@ def issued(units: Sequence[Unit]) -> set[tuple[int, int]]:
     return {(int(u.spec["generation"]), int(u.spec["member"])) for u in units}
 
 
+def not_handed_out(plan: Sequence[JSON | None], units: Sequence[Unit]) -> list[JSON]:
+    """The documents of a generation's ``plan`` no unit was handed out for yet."""
+    handed_out = issued(units)
+    return [d for d in plan if d is not None and (d["generation"], d["member"]) not in handed_out]
+
+
+def told_generation(units: Sequence[Unit], generation: int, planned: int) -> list[Unit] | None:
+    """The units of ``generation`` once all ``planned`` of them are handed out and told, else
+    None (some are still training, or not handed out yet)."""
+    members = [u for u in units if u.spec["generation"] == generation]
+    if len(members) < planned or any(u.state == "pending" for u in members):
+        return None
+    return members
+
+
 def checkpoint_starts(docs: Iterable[JSON]) -> set[int]:
     """The trials whose checkpoints the documents ``docs`` start from."""
     return {int(d["start"]["trial"]) for d in docs if d["start"]["kind"] == "checkpoint"}

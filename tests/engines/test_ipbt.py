@@ -10,9 +10,9 @@ import pytest
 
 from engines.base import History, Problem, Unit
 from engines.errors import EngineOptionsError
-from engines.ipbt import too_slow
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
+from engines.time_varying_gp import too_slow
 from tests.engines.test_pbt import run
 
 LR = Problem(SearchSpace([FloatParam("lr", 1e-3, 1.0, log=True)]))
