@@ -38,9 +38,10 @@ measurements_t = Measurement.__table__
 
 #: States of a trial handed out (or to be) and not finished.
 PENDING_STATES = ("waiting", "running", "stale")
-#: Finished units ``UnitCache`` keeps over all studies; beyond, the least recently asked
-#: studies' are dropped (a dropped study's next ask reads it whole again).
-MAX_CACHED_UNITS = 200_000
+#: Finished units ``UnitCache`` keeps over all studies (about 2 KB each: some 100 MB);
+#: beyond, the least recently asked studies' are dropped (a dropped study's next ask reads it
+#: whole again, as does every ask of a study larger than this).
+MAX_CACHED_UNITS = 50_000
 
 _UNIT_COLUMNS = (
     trials_t.c.id,
