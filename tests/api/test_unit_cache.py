@@ -154,3 +154,7 @@ def test_the_cache_keeps_to_its_cap_least_recently_used_first(client, http):
     assert ids[0] not in cache and ids[1] in cache
     _same(*_cached_and_whole(store, ids[0], cache))
     assert ids[0] in cache and ids[1] not in cache
+    # A study larger than the cap is read whole at every ask, and still right.
+    small = UnitCache(max_units=3)
+    _same(*_cached_and_whole(store, ids[0], small))
+    assert ids[0] not in small
