@@ -90,8 +90,9 @@ def test_a_job_on_ray_matches_the_same_job_on_the_local_executor(start_server, t
 def test_a_killed_ray_worker_costs_only_its_unit(start_server, tmp_path):
     server = start_ray_server(start_server, tmp_path)
     with Client(server.url) as client:
-        engine = {"name": "ipbt", "options": {"initial_step_share": 0.05}}
-        job = client.submit_job(**job_fields("killed", steps=400, engine=engine))
+        # Units of 500 steps: a worker holds one most of the time, and the job outlasts the
+        # search for a worker holding one (with units of 20 steps the job once ended first).
+        job = client.submit_job(**job_fields("killed", steps=2000))
         study = client.get_study(job.info.study_id)
         wait_until("a unit told", lambda: job.refresh().units_done >= 2, server, 120)
         # Stop a worker's process, and kill it once it is seen holding a unit (between units
