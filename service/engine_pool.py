@@ -147,12 +147,21 @@ class _Process:
         self.process = ctx.Process(target=_serve, args=(child,), name="asktell-engine", daemon=True)
         self.process.start()
         child.close()
+        self._killed = False
+        self._kill_lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
         return self.process.pid
 
     def kill(self) -> None:
+        """Kill the process and close the pipe, once: the pool's close and the thread that
+        starts the process may both get here, and a second close of the pipe's descriptor
+        fails (or closes a file opened since under the same number)."""
+        with self._kill_lock:
+            if self._killed:
+                return
+            self._killed = True
         self.process.kill()
         self.process.join(timeout=5)
         self.conn.close()
