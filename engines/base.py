@@ -203,6 +203,14 @@ class Engine(Protocol):
         self, problem: Problem, history: History, count: int, state: JSON, rng: np.random.Generator
     ) -> Proposal: ...
 
+    def light_call(self, history: History, state: JSON) -> bool:
+        """Whether ``suggest`` on this history and state is bookkeeping only (a Sobol draw,
+        handing out a scheduler's planned units, saying to wait): milliseconds and no model,
+        so that the service may run it in the ask's thread instead of sending the history to
+        an engine process. A pure prediction, never wrong in the other direction: False
+        unless known light."""
+        ...
+
 
 class ModelBasedEngine:
     """The class attributes an engine that models the observations shares (``gp``, ``pom``,
@@ -223,6 +231,10 @@ class ModelBasedEngine:
         proposal: Proposal = suggest(problem, history, count, state, rng)
         return proposal
 
+    def light_call(self, history: History, state: JSON) -> bool:
+        """See ``Engine.light_call``: not known light by default."""
+        return False
+
 
 class UnitScheduler:
     """The class attributes the schedulers of training units share (``pbt``, ``ipbt``); each
@@ -233,8 +245,5 @@ class UnitScheduler:
     schedules_units: ClassVar[bool] = True
 
     def light_call(self, history: History, state: JSON) -> bool:
-        """Whether ``suggest`` on this history and state is bookkeeping only (hand out planned
-        units, or say to wait): milliseconds and no model, so that the service may run it in
-        the ask's thread instead of sending the history to an engine process. A pure
-        prediction, never wrong in the other direction: False unless known light."""
+        """See ``Engine.light_call``: not known light by default."""
         return False

@@ -157,3 +157,6 @@ class RandomEngine:
             state=stream.state(),
             details=[{"source": "sobol"} for _ in range(count)],
         )
+
+    def light_call(self, history: History, state: JSON) -> bool:
+        return True  # Sobol points only
