@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.engine_pool import EnginePool, _Process, one_torch_thread
 from service.settings import Settings
+from tests.threads import at_once
 
 PARAMS = [{"name": f"x{i}", "type": "float", "low": 0, "high": 1} for i in range(8)]
 #: Options that make a fitted gp's ask take a second or more with ``SLOW_COUNT`` points: 16
@@ -230,25 +231,10 @@ def test_a_schedulers_light_calls_run_in_the_ask_and_a_generation_close_in_the_p
 def test_a_process_killed_from_several_threads_at_once_closes_its_pipe_once() -> None:
     """The pool's close and the thread starting a process can kill it together (a server
     stopping while an abandoned call's replacement starts); its pipe is closed once."""
-    errors: list[BaseException] = []
     for _ in range(10):
         worker = _Process(multiprocessing.get_context("fork"))
-        together = threading.Barrier(8)
-
-        def kill(worker: _Process = worker, together: threading.Barrier = together) -> None:
-            together.wait()
-            try:
-                worker.kill()
-            except OSError as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=kill) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        assert at_once([worker.kill] * 8) == []
         assert not worker.process.is_alive()
-    assert errors == []
 
 
 def test_without_engine_processes_the_engine_runs_in_the_ask(sqlite_url: str) -> None:

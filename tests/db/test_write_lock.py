@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 
@@ -10,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from service.db.session import Database
+from tests.threads import at_once
 
 
 def test_writes_now_takes_the_lock_only_when_no_other_thread_holds_it(tmp_path) -> None:
@@ -68,24 +70,13 @@ def test_postgresql_has_no_write_lock(pg_url) -> None:
 def _connect_together(url: str) -> list[BaseException]:
     """Two engines of one file each open their first connection at the same moment; what
     they raised."""
-    engines = [Database(url).engine for _ in range(2)]
-    together = threading.Barrier(2)
-    errors: list[BaseException] = []
 
     def connect(engine: Engine) -> None:
-        together.wait()
-        try:
-            with engine.connect() as conn:
-                conn.execute(text("SELECT count(*) FROM t")).all()
-        except BaseException as exc:
-            errors.append(exc)
+        with engine.connect() as conn:
+            conn.execute(text("SELECT count(*) FROM t")).all()
 
-    threads = [threading.Thread(target=connect, args=(e,)) for e in engines]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return errors
+    engines = [Database(url).engine for _ in range(2)]
+    return at_once([functools.partial(connect, e) for e in engines])
 
 
 def test_servers_starting_together_on_a_new_file_both_connect(tmp_path) -> None:

@@ -13,7 +13,7 @@ from engines.errors import EngineOptionsError
 from engines.registry import make_engine
 from engines.space import FloatParam, SearchSpace
 from engines.time_varying_gp import too_slow
-from tests.engines.test_pbt import run
+from tests.engines.test_pbt import handed_out, run, trained
 
 LR = Problem(SearchSpace([FloatParam("lr", 1e-3, 1.0, log=True)]))
 
@@ -168,7 +168,7 @@ def test_a_call_is_light_exactly_when_it_closes_no_generation():
     engine = make_engine("ipbt", {"t_max": 1000, "population_size": 4, "initial_step_share": 0.02})
     rng = np.random.default_rng(0)
     units: list[Unit] = []
-    progress: dict[str, np.ndarray] = {}
+    store: dict[str, np.ndarray] = {}
     state: dict = {}
     seen = {"light": 0, "closing": 0, "waiting": 0}
     for version in range(2000):
@@ -183,27 +183,11 @@ def test_a_call_is_light_exactly_when_it_closes_no_generation():
         seen["light" if light else "closing"] += 1
         seen["waiting"] += proposal.retry_after is not None
         state = proposal.state
-        units += [
-            Unit(number=len(units) + i, x=x, spec=doc, state="pending")
-            for i, (x, doc) in enumerate(zip(proposal.X, proposal.units, strict=True))
-        ]
+        units += handed_out(proposal, len(units))
         pending = [u for u in units if u.state == "pending"]
         if not pending and not len(proposal.X) and proposal.retry_after is None:
             break
         for u in pending[: int(rng.integers(1, 3))]:
-            doc = u.spec
-            theta = (
-                np.zeros(1)
-                if doc["start"]["kind"] == "fresh"
-                else progress[doc["start"]["checkpoint"]]
-            )
-            if doc.get("transform", {}).get("kind") == "shrink_perturb":
-                theta = doc["transform"]["shrink"] * theta
-            before = -accuracy(theta) if doc.get("eval_before") else None
-            theta = curve_train(theta, LR.space.decode(u.x), doc["to_step"] - doc["from_step"])
-            progress[f"c{u.number}"] = theta
-            units[u.number] = dataclasses.replace(
-                u, state="completed", y=-accuracy(theta), y_before=before, checkpoint=f"c{u.number}"
-            )
+            units[u.number] = trained(u, LR, curve_train, accuracy, np.zeros(1), store)
     assert state["finished"] and state["iteration"] >= 1
     assert seen["closing"] > 10 and seen["waiting"] > 10 and seen["light"] > seen["closing"]

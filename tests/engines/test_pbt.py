@@ -69,10 +69,7 @@ def run(
         )
         proposals.append(proposal)
         state = proposal.state
-        units += [
-            Unit(number=len(units) + i, x=x, spec=doc, state="pending")
-            for i, (x, doc) in enumerate(zip(proposal.X, proposal.units, strict=True))
-        ]
+        units += handed_out(proposal, len(units))
         pending = [u for u in units if u.state == "pending"]
         if not len(proposal.X) and proposal.retry_after is None:
             assert not pending
@@ -83,19 +80,41 @@ def run(
             if fail(u):
                 units[u.number] = dataclasses.replace(u, state="failed")
                 continue
-            doc = u.spec
-            theta = start if doc["start"]["kind"] == "fresh" else store[doc["start"]["checkpoint"]]
-            transform = doc.get("transform", {"kind": "none"})
-            if transform["kind"] == "shrink_perturb":
-                theta = transform["shrink"] * theta + transform["perturb"] * start
-            before = -score(theta) if doc.get("eval_before") else None
-            theta = train(theta, problem.space.decode(u.x), doc["to_step"] - doc["from_step"])
-            ref = f"ckpt-{u.number}"
-            store[ref] = theta
-            units[u.number] = dataclasses.replace(
-                u, state="completed", y=-score(theta), y_before=before, checkpoint=ref
-            )
+            units[u.number] = trained(u, problem, train, score, start, store)
     raise AssertionError("the schedule did not finish")
+
+
+def handed_out(proposal: Proposal, first: int) -> list[Unit]:
+    """The proposal's units as pending trials numbered from ``first``."""
+    return [
+        Unit(number=first + i, x=x, spec=doc, state="pending")
+        for i, (x, doc) in enumerate(zip(proposal.X, proposal.units, strict=True))
+    ]
+
+
+def trained(
+    u: Unit,
+    problem: Problem,
+    train: Callable[[np.ndarray, dict, int], np.ndarray],
+    score: Callable[[np.ndarray], float],
+    start: np.ndarray,
+    store: dict[str, np.ndarray],
+) -> Unit:
+    """``u`` trained and told by a simulated worker, its checkpoint saved in ``store``: the
+    start loaded (shrink-perturb mixes in ``start``, the fresh weights), scored before
+    training when asked (``eval_before``)."""
+    doc = u.spec
+    theta = start if doc["start"]["kind"] == "fresh" else store[doc["start"]["checkpoint"]]
+    transform = doc.get("transform", {"kind": "none"})
+    if transform["kind"] == "shrink_perturb":
+        theta = transform["shrink"] * theta + transform["perturb"] * start
+    before = -score(theta) if doc.get("eval_before") else None
+    theta = train(theta, problem.space.decode(u.x), doc["to_step"] - doc["from_step"])
+    ref = f"ckpt-{u.number}"
+    store[ref] = theta
+    return dataclasses.replace(
+        u, state="completed", y=-score(theta), y_before=before, checkpoint=ref
+    )
 
 
 @pytest.mark.parametrize("synchronous", [True, False])
