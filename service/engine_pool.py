@@ -10,8 +10,8 @@ replaced, and the ask is answered from the quasi-random fallback (``service.ask`
 
 The processes start on the first model-based ask (a server that never runs a model pays
 nothing), or when a tuning job of a model-based engine starts (``EnginePool.start``), forked
-from a ``forkserver`` that has imported the engines once, so a replacement starts in
-milliseconds; the server's threads are never forked. A process that dies, killed
+from the server's fork server (``service.forkserver``), which has imported the engines once,
+so a replacement starts in milliseconds. A process that dies, killed
 from outside or by the engine, is replaced. Engines stay pure: the call and the proposal are
 pickled, and the same ``run_call`` runs in the ask thread when the pool has no processes.
 """
@@ -19,7 +19,6 @@ pickled, and the same ``run_call`` runs in the ask thread when the pool has no p
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import pickle
 import queue
 import signal
@@ -36,6 +35,7 @@ import numpy as np
 
 from engines.base import JSON, Engine, History, ModelBasedEngine, Problem, Proposal
 from engines.registry import engine_modules
+from service import forkserver
 
 log = logging.getLogger("asktell.engine_pool")
 
@@ -128,15 +128,7 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError("".join(traceback.format_exception(exc)))
 
 
-_context_lock = threading.Lock()
-
-
-def _context() -> Any:
-    """The forkserver context, its server preloading the engines (set once per process)."""
-    with _context_lock:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__, *engine_modules()])
-        return ctx
+forkserver.preload(__name__, *engine_modules())
 
 
 class _Process:
@@ -238,7 +230,7 @@ class EnginePool:
         threading.Thread(target=self._bring_up, name="asktell-engine-start", daemon=True).start()
 
     def _bring_up(self) -> None:
-        ctx = _context()
+        ctx = forkserver.context()
         while not self._closed:
             try:
                 worker = _Process(ctx)

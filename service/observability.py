@@ -137,10 +137,32 @@ def _incoming_id(scope: Scope) -> str | None:
 
 
 def configure_logging(log_format: str) -> None:
-    """Request ids on every record; JSON lines when ``log_format`` is ``json``."""
+    """Request ids on every record; the ``asktell`` loggers' information on stderr beside
+    uvicorn's (a job claimed, its workers started, its end); JSON lines when ``log_format`` is
+    ``json``."""
     install_request_id_on_records()
+    show_asktell_info()
     if log_format == "json":
         use_json_logs()
+
+
+def show_asktell_info() -> None:
+    """Records of the ``asktell`` loggers from INFO up on stderr, formatted as uvicorn's
+    (``INFO:     asktell.jobs: job 3: claimed by ...``); once per process. They still reach
+    the root logger's handlers, if any."""
+    from uvicorn.logging import DefaultFormatter
+
+    logger = logging.getLogger("asktell")
+    if any(getattr(h, "asktell_info", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        DefaultFormatter("%(levelprefix)s %(name)s: %(message)s", use_colors=False)
+    )
+    handler.asktell_info = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
 
 
 def install_request_id_on_records() -> None:

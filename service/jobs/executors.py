@@ -5,7 +5,9 @@ API and the artifact store through it), so a Ray task may run on any node of the
 runner sees a ``WorkerProcess``: ``poll`` (the exit code once it ended), ``terminate``, ``kill``,
 ``wait`` and ``tail`` (the end of its log, quoted in a failed job's error).
 
-- ``LocalWorker``: ``python -m service.jobs.worker`` as a child process, its stderr in a log file.
+- ``LocalWorker``: ``service.jobs.worker``'s loop in a process forked from the server's fork
+  server (``service.forkserver``, which imports torch and the worker's modules once), its stderr
+  in a log file.
 - ``RayWorker``: one Ray task per worker, named ``asktell worker <worker id>`` (Ray's dashboard
   and its worker process's title show it), with the job's ``resources``
   (``num_cpus``, ``num_gpus``), ``max_retries=0``: when its Ray worker process dies (killed, its
@@ -22,21 +24,27 @@ included).
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import logging
 import os
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
 from client.models import WorkerResources
+from service import forkserver
 from service.jobs.worker import EXIT_ERROR, EXIT_STOPPED
 from service.settings import Settings
 
 log = logging.getLogger("asktell.jobs")
+
+forkserver.preload("service.jobs.worker", "service.jobs.mlp", "service.jobs.data")
 
 RAY_EXTRA = "asktell[ray]"
 RAY_TASK_PREFIX = "asktell worker "
@@ -68,38 +76,63 @@ def ray_installed() -> bool:
 
 
 class LocalWorker:
-    """A worker as a child process of this server; ``on_exit`` is called (from a thread of its
-    own) when the process ends, so that the runner tends the job at once rather than at its
-    next pass."""
+    """A worker as a child process of this server, forked from its fork server (so it starts
+    with torch imported), its stderr in a log file; ``on_exit`` is called (from a thread of
+    its own) when the process ends, so that the runner tends the job at once rather than at
+    its next pass. The worker ends when this server process does (kill -9 included): it holds
+    the reading end of a pipe only this process can write to, and a thread of the worker
+    waits for its end of file."""
 
     def __init__(
-        self, command: list[str], env: dict[str, str], log_path: Path, on_exit: Callable[[], None]
+        self, argv: list[str], env: dict[str, str], log_path: Path, on_exit: Callable[[], None]
     ) -> None:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as stderr:
-            self.proc = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
-            )
+        ctx = forkserver.context()
+        server_alive, self._alive = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(
+            target=run_local_worker,
+            args=(argv, env, str(log_path), server_alive),
+            name="asktell-worker",
+            daemon=True,
+        )
+        self.process.start()
+        server_alive.close()
+        self.code: int | None = None
+        self._ended = threading.Event()
         threading.Thread(
             target=self._watch, args=(on_exit,), name="asktell-worker-exit", daemon=True
         ).start()
 
     def _watch(self, on_exit: Callable[[], None]) -> None:
-        self.proc.wait()
+        # The only thread that joins the process: the fork server hands the exit code over
+        # once, and a second reader would get 255 instead.
+        self.process.join()
+        self.code = self.process.exitcode
+        self._alive.close()
+        self._ended.set()
         on_exit()
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
     def poll(self) -> int | None:
-        return self.proc.poll()
+        return self.code
 
     def terminate(self) -> None:
-        self.proc.terminate()
+        if not self._ended.is_set():
+            self.process.terminate()
 
     def kill(self) -> None:
-        self.proc.kill()
+        if not self._ended.is_set():
+            self.process.kill()
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout=timeout)
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired("job worker", timeout)
+        assert self.code is not None
+        return self.code
 
     def tail(self) -> str:
         try:
@@ -107,6 +140,30 @@ class LocalWorker:
         except OSError:
             return ""
         return "\n".join(lines[-TAIL_LINES:])
+
+
+def run_local_worker(
+    argv: list[str], env: dict[str, str], log_path: str, server_alive: Connection
+) -> None:
+    """The body of a local worker's process: the server's environment for the job, its log as
+    stderr, a thread that ends the process when the server process is gone, then the loop."""
+    from service.jobs import worker
+
+    os.environ.clear()
+    os.environ.update(env)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    threading.Thread(
+        target=_end_with_server, args=(server_alive,), name="asktell-server-alive", daemon=True
+    ).start()
+    worker.exit_now(worker.main(argv))
+
+
+def _end_with_server(server_alive: Connection) -> None:
+    with contextlib.suppress(EOFError, OSError):
+        server_alive.recv_bytes()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 # --- ray ----------------------------------------------------------------------------------
@@ -148,7 +205,7 @@ def run_worker(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     handler = Tail()
     logging.getLogger().addHandler(handler)
     try:
-        code = worker.main(argv, child_of_server=False)
+        code = worker.main(argv)
     except Exception:
         logging.getLogger("asktell.worker").exception("the worker failed")
         code = EXIT_ERROR

@@ -25,7 +25,6 @@ import os
 import secrets
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -63,7 +62,6 @@ MAX_TEND_ERRORS = 3
 #: left in /tmp by a killed server), deleted when the job ends: a failed job's error quotes its
 #: worker's last lines.
 LOG_FOLDER = ".worker-logs"
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -302,13 +300,9 @@ class JobRunner:
                 self.settings, worker_id, argv, key_env, job.config.resources
             )
             return
-        env = dict(os.environ)
-        env.update(key_env)
-        env["ASKTELL_WORKER_PARENT"] = str(os.getpid())
-        paths = [str(_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        command = [sys.executable, "-m", "service.jobs.worker", *argv]
-        job.procs[slot] = LocalWorker(command, env, job.logs[slot], self._wake.set)
+        local = LocalWorker(argv, {**os.environ, **key_env}, job.logs[slot], self._wake.set)
+        job.procs[slot] = local
+        log.info("job %d: worker %d started, pid %s", job.id, slot, local.pid)
 
     def _worker_key(self, job: RunningJob) -> dict[str, str]:
         """The environment that gives the job's workers a key (``ASKTELL_API_KEY``): none when

@@ -19,11 +19,9 @@ error (the runner restarts the worker a bounded number of times).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import math
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -83,7 +81,6 @@ class JobWorker:
         self.split = fetch_split(client, self.job.info)
         self.workload = load_workload(self.config.workload_spec().name)
         self.scheduler = spec.is_scheduler(self.config)
-        self.parent = os.getppid()
         self.checked = time.monotonic()
         #: The answer to the last ask (one made with a tell), not yet acted on.
         self.answer: AskResponse | None = None
@@ -104,9 +101,7 @@ class JobWorker:
                 return EXIT_DONE
 
     def should_stop(self) -> bool:
-        """The job was cancelled or ended, or the server process that started us is gone."""
-        if os.getppid() != self.parent:
-            return True
+        """The job was cancelled or ended."""
         if time.monotonic() - self.checked < CHECK_SECONDS:
             return False
         self.checked = time.monotonic()
@@ -202,30 +197,13 @@ class JobWorker:
         return float(out.score), key, timing
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM when the server process that started us dies (kill -9 included),
-    so that no orphan keeps training a job another process now runs."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def main(argv: list[str] | None = None, child_of_server: bool = True) -> int:
-    """Run one worker; its exit code. ``child_of_server``: this process was started by the
-    server's runner (the local executor) and must not outlive it; a Ray task's process is
-    Ray's."""
+def main(argv: list[str] | None = None) -> int:
+    """Run one worker; its exit code."""
     parser = argparse.ArgumentParser(prog="python -m service.jobs.worker")
     parser.add_argument("--url", required=True, help="the asktell server's URL")
     parser.add_argument("--job", type=int, required=True, help="the job's id")
     parser.add_argument("--worker-id", required=True, help="this worker's name in the study")
     args = parser.parse_args(argv)
-    if child_of_server:
-        _die_with_parent()
-        expected = os.environ.get("ASKTELL_WORKER_PARENT")
-        if expected and int(expected) != os.getppid():
-            return EXIT_STOPPED  # the parent died before prctl
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     import torch

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -130,24 +131,19 @@ def retrain(info: JobPublic) -> tuple[float, float, bytes]:
 
 
 def worker_pids(job_id: int, server: Server) -> list[int]:
-    """The live worker processes of job ``job_id`` started by ``server`` (in its process group:
-    a parallel test's server may run a job of the same id in its own database)."""
+    """The live worker processes of job ``job_id`` started by ``server``: the pids its runner
+    logged (forked workers show their fork server's command line, not their own), still
+    running in the server's process group."""
     assert server.proc is not None
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in map(int, re.findall(rf"job {job_id}: worker \d+ started, pid (\d+)", server.log())):
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            group = os.getpgid(int(entry.name))
-        except OSError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            group = os.getpgid(pid)
+        except (OSError, IndexError):
             continue
-        if (
-            group == server.proc.pid
-            and b"service.jobs.worker" in argv
-            and str(job_id).encode() in argv
-        ):
-            found.append(int(entry.name))
+        if state != "Z" and group == server.proc.pid:
+            found.append(pid)
     return found
 
 
@@ -286,6 +282,22 @@ def test_a_restarted_server_finishes_the_job(start_server, tmp_path: Path) -> No
         for number, values in done_before.items():
             assert after[number].state == "completed" and after[number].values == values
         assert_exact_lineage(client, info)
+
+
+def test_the_workers_end_with_the_process_running_the_job(start_server, tmp_path: Path) -> None:
+    """kill -9 of the job's server process alone (not its process group): its workers, forked
+    from its fork server (a process that outlives it), stop within seconds, and no orphan
+    keeps training."""
+    server = start_jobs_server(start_server, f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path / "a")
+    with Client(server.url) as client:
+        engine = {"name": "ipbt", "options": {"initial_step_share": 0.001}}
+        job = client.submit_job(**job_fields("orphans", steps=200_000, engine=engine))
+        wait_until("two workers", lambda: len(worker_pids(job.id, server)) == 2, server, 60)
+        wait_until("a unit told", lambda: job.refresh().units_done >= 1, server, 60)
+        assert job.info.runner is not None
+        os.kill(int(job.info.runner.split(":")[1]), signal.SIGKILL)
+        wait_until("the workers gone", lambda: not worker_pids(job.id, server), server, 10)
+    kill_server(server)
 
 
 def _completed_from_db(path: Path, study_id: int) -> dict[int, dict[str, float]]:
