@@ -1,6 +1,7 @@
 """A small thread-safe least-recently-used cache of computed answers, for chart reads keyed by
 a study's revision: every change to a study's trials bumps its revision, so an entry never goes
-stale, and entries of old revisions simply age out."""
+stale, and entries of old revisions simply age out. Bounded by its entries, and optionally by
+their bytes (a job worker's checkpoints)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ DEFAULT_ENTRIES = 64
 
 
 class LruCache:
-    """At most ``max_entries`` answers by key (0 turns the cache off)."""
+    """At most ``max_entries`` answers by key (0 turns the cache off); with ``max_bytes``, the
+    answers are bytes and hold at most that many together (a larger one is not kept)."""
 
-    def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_ENTRIES, max_bytes: int | None = None) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -34,9 +38,21 @@ class LruCache:
                 self._entries.move_to_end(key)
                 return self._entries[key]
         value = compute()
-        if self.max_entries > 0:
-            with self._lock:
-                self._entries[key] = value
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+        self.put(key, value)
         return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Keep ``value`` under ``key`` (the most recently used), evicting the least recently
+        used beyond the bounds."""
+        size = len(value) if self.max_bytes is not None else 0
+        if self.max_entries <= 0 or (self.max_bytes is not None and size > self.max_bytes):
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self._bytes += size - (len(old) if old is not None and self.max_bytes else 0)
+            self._entries[key] = value
+            while len(self._entries) > self.max_entries or (
+                self.max_bytes is not None and self._bytes > self.max_bytes
+            ):
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= len(evicted) if self.max_bytes is not None else 0

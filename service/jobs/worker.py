@@ -3,7 +3,8 @@
 It talks to the server over HTTP only (``client.Client``), so the same worker runs on another
 machine. It reads the job, builds its data split (a bundled dataset, or the uploaded CSV from
 ``GET /v1/datasets/{id}/csv``) with the job's seed, loads the workload, then loops: ask for a
-unit (``pbt``/``ipbt``) or a full run (other engines), download its start checkpoint, train,
+unit (``pbt``/``ipbt``) or a full run (other engines), download its start checkpoint (unless it
+holds it: ``CHECKPOINT_CACHE_BYTES``), train,
 upload the new checkpoint (``jobs/{job}/trial-{n}.pt``), tell the score with that key as the
 checkpoint and ask for the next unit in the same request (tell-and-ask). Heartbeats keep the
 unit's lease while it trains. Between units it checks the job: a cancel (or the job's end)
@@ -38,6 +39,7 @@ from client.errors import (
 )
 from client.models import JOB_ENDED, AskResponse, JobPublic, TrialPublic
 from service.jobs import keys, spec
+from service.lru import LruCache
 
 log = logging.getLogger("asktell.worker")
 
@@ -49,6 +51,11 @@ MIN_POLL_SECONDS, MAX_POLL_SECONDS = 0.02, 0.5
 #: Seconds between two reads of the job (is it cancelled?); the runner also stops the workers
 #: of a cancelled job itself, so this only saves a unit's work.
 CHECK_SECONDS = 2.0
+#: Checkpoints a worker keeps in memory, those it told and those it downloaded, so that a unit
+#: starting from one skips the download: in a job of two workers about half the units continue
+#: a member the same worker trained last. A told checkpoint's key is never written again.
+CHECKPOINT_CACHE_BYTES = 256 * 2**20
+CHECKPOINT_CACHE_ENTRIES = 64
 
 
 def fetch_split(client: Client, info: JobPublic) -> Any:
@@ -85,6 +92,9 @@ class JobWorker:
         #: The answer to the last ask (one made with a tell), not yet acted on.
         self.answer: AskResponse | None = None
         self.poll = MIN_POLL_SECONDS
+        self.checkpoints = LruCache(CHECKPOINT_CACHE_ENTRIES, CHECKPOINT_CACHE_BYTES)
+        #: The key and bytes of the checkpoint uploaded for the unit being told.
+        self.uploaded: tuple[str, bytes] | None = None
 
     def run(self) -> int:
         while True:
@@ -142,6 +152,9 @@ class JobWorker:
             worker_id=self.worker_id,
             lease_seconds=lease,
         )
+        if self.uploaded is not None and self.uploaded[0] == key:
+            self.checkpoints.put(*self.uploaded)
+        self.uploaded = None
         # With a problem (the study ended, the engine failed), a plain ask next answers it.
         if told.next is not None and told.next.problem is None:
             self.answer = told.next
@@ -156,8 +169,9 @@ class JobWorker:
             steps, seed = self.config.budget.steps, spec.run_seed(self.config, trial.number)
             transform: dict[str, Any] = {"kind": "none"}
         else:
-            if unit.start.kind == "checkpoint" and unit.start.checkpoint:
-                start = self.client.get_artifact(unit.start.checkpoint)
+            key = unit.start.checkpoint
+            if unit.start.kind == "checkpoint" and key:
+                start = self.checkpoints.get(key, lambda: self.client.get_artifact(key))
             steps, seed = unit.to_step - unit.from_step, unit.seed
             transform = unit.transform.model_dump(mode="json")
             if unit.eval_before:
@@ -187,6 +201,7 @@ class JobWorker:
         t2 = time.monotonic()
         key = keys.checkpoint_key(self.job.id, trial.number)
         self.client.put_artifact(key, out.checkpoint)
+        self.uploaded = (key, out.checkpoint)
         t3 = time.monotonic()
         timing = {
             "train_seconds": float(out.train_seconds),

@@ -79,14 +79,25 @@ def test_the_chart_cache_drops_the_least_recently_used_entry():
     assert off.get("a", lambda: 1) == 1 and len(off) == 0
 
 
-def test_a_filtered_history_is_cached_apart_from_the_whole(http):
-    sid = _study(http)
-    for x, value in [(1.0, 3.0), (-1.0, 1.0)]:
-        body = {"params": {"x": x, "y": 0.0}, "values": {"value": value}}
-        assert http.post(f"/v1/studies/{sid}/trials", json=body).status_code == 201
-    whole = http.get(f"/v1/studies/{sid}/history").json()
-    positive = '{"params.x": {"min": 0}}'
-    part = http.get(f"/v1/studies/{sid}/history", params={"filter": positive}).json()
-    assert whole["finished"] == 2 and part["finished"] == 1
-    assert part["best_by_time"]["value"][-1][1] == 3.0
-    assert http.get(f"/v1/studies/{sid}/history").json() == whole
+def test_a_cache_bounded_by_bytes_evicts_until_its_entries_fit():
+    def held(key: str) -> bytes | None:
+        """The entry, if kept (a miss computes nothing and stores nothing)."""
+
+        def missing() -> bytes:
+            raise KeyError(key)
+
+        try:
+            return cache.get(key, missing)
+        except KeyError:
+            return None
+
+    cache = LruCache(10, max_bytes=10)
+    cache.put("a", b"1234")
+    cache.put("b", b"5678")
+    cache.put("a", b"12")  # replacing an entry counts its new size only
+    cache.put("c", b"abcdef")  # 2 + 4 + 6 > 10: "b", the least recently used, goes
+    assert held("b") is None and held("a") == b"12" and held("c") == b"abcdef"
+    cache.put("huge", b"x" * 11)  # larger than the bound: not kept, nothing evicted for it
+    assert held("huge") is None and held("a") == b"12" and held("c") == b"abcdef"
+    cache.put("d", b"xyz")  # 2 + 6 + 3 > 10: "a" goes
+    assert held("a") is None and held("c") == b"abcdef" and held("d") == b"xyz"

@@ -196,3 +196,40 @@ def test_a_job_on_an_uploaded_regression_csv(url):
         assert isinstance(low, float) and 50 < low < high < 400
         with pytest.raises(InvalidPredictRows):
             job.predict([{"size": "big", "color": "blue"}])
+
+
+def test_a_worker_reuses_the_checkpoints_it_holds_instead_of_downloading_them(idle_url):
+    """A worker trains a whole small ipbt job in this process (the server runs no jobs): the
+    units that start from a checkpoint it told or downloaded read it from memory; one it does
+    not hold is downloaded."""
+    import torch
+
+    from service.jobs.worker import EXIT_DONE, JobWorker
+
+    torch.set_num_threads(1)
+    engine = {"name": "ipbt", "options": {"initial_step_share": 0.25}}
+    body = job_body("cached", engine=engine, budget={"steps": 40, "population": 2})
+    body["workload"] = {"name": "mlp", "options": {"hidden": [8]}}
+    with Client(idle_url) as client:
+        info = client.submit_job(**body).info
+        worker = JobWorker(client, info.id, "w0")
+        downloads: list[str] = []
+        download = client.get_artifact
+
+        def counted(key: str) -> bytes:
+            downloads.append(key)
+            return download(key)
+
+        client.get_artifact = counted  # type: ignore[method-assign]
+        assert worker.run() == EXIT_DONE
+        units = [t for t in client.get_study(info.study_id).trials() if t.unit is not None]
+        starts = [t.unit.start.checkpoint for t in units if t.unit.start.kind == "checkpoint"]
+        assert all(t.state == "completed" for t in units) and len(starts) >= 4
+        assert not [key for key in downloads if key.startswith(f"jobs/{info.id}/trial-")]
+        # A checkpoint the worker does not hold (another worker's) is downloaded, once.
+        worker.checkpoints = type(worker.checkpoints)(4, 2**20)
+        unit = next(t for t in units if t.unit is not None and t.unit.start.kind == "checkpoint")
+        key = unit.unit.start.checkpoint if unit.unit is not None else None
+        assert worker.unit_input(unit).start == download(key)
+        assert worker.unit_input(unit).start == download(key)
+        assert downloads == [key]
