@@ -94,7 +94,10 @@ class LocalWorker:
             target=run_local_worker,
             args=(argv, env, str(log_path), server_alive),
             name="asktell-worker",
-            daemon=True,
+            # Not daemonic: a workload may start processes of its own (a torch DataLoader's
+            # workers), which multiprocessing refuses a daemonic process. The runner stops the
+            # workers when the server shuts down.
+            daemon=False,
         )
         self.process.start()
         server_alive.close()

@@ -232,13 +232,19 @@ def _raw_digits() -> Any:
 # --- 2. cancel -----------------------------------------------------------------------------
 
 
+def long_job_training(client: Client, server: Server, name: str) -> Job:
+    """A job far from its end, once both its workers run and one unit is told."""
+    engine = {"name": "ipbt", "options": {"initial_step_share": 0.001}}
+    job = client.submit_job(**job_fields(name, steps=200_000, engine=engine))
+    wait_until("two workers", lambda: len(worker_pids(job.id, server)) == 2, server, 60)
+    wait_until("a unit told", lambda: job.refresh().units_done >= 1, server, 60)
+    return job
+
+
 def test_cancel_stops_the_workers_within_seconds(start_server, tmp_path: Path) -> None:
     server = start_jobs_server(start_server, f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path / "a")
     with Client(server.url) as client:
-        engine = {"name": "ipbt", "options": {"initial_step_share": 0.001}}
-        job = client.submit_job(**job_fields("long", steps=200_000, engine=engine))
-        wait_until("two workers", lambda: len(worker_pids(job.id, server)) == 2, server, 60)
-        wait_until("a unit told", lambda: job.refresh().units_done >= 1, server, 60)
+        job = long_job_training(client, server, "long")
         started = time.monotonic()
         assert job.cancel().cancel_requested
         info = wait_until(
@@ -290,10 +296,7 @@ def test_the_workers_end_with_the_process_running_the_job(start_server, tmp_path
     keeps training."""
     server = start_jobs_server(start_server, f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path / "a")
     with Client(server.url) as client:
-        engine = {"name": "ipbt", "options": {"initial_step_share": 0.001}}
-        job = client.submit_job(**job_fields("orphans", steps=200_000, engine=engine))
-        wait_until("two workers", lambda: len(worker_pids(job.id, server)) == 2, server, 60)
-        wait_until("a unit told", lambda: job.refresh().units_done >= 1, server, 60)
+        job = long_job_training(client, server, "orphans")
         assert job.info.runner is not None
         os.kill(int(job.info.runner.split(":")[1]), signal.SIGKILL)
         wait_until("the workers gone", lambda: not worker_pids(job.id, server), server, 10)
