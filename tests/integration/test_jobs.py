@@ -390,7 +390,8 @@ def test_a_user_workload_entry_point_runs_as_a_job(start_server, tmp_path: Path)
             **job_fields(
                 "linear",
                 steps=40,
-                workload={"name": "linear", "options": {"tune_l2": True}},
+                # Its score from a child process: a worker may have children.
+                workload={"name": "linear", "options": {"tune_l2": True, "score_in_child": True}},
                 optimizer="sgd",
             )
         )

@@ -5,6 +5,7 @@ full-batch gradient descent in numpy. Its checkpoint is an ``.npz`` of the weigh
 from __future__ import annotations
 
 import io
+import multiprocessing
 import time
 from typing import Any
 
@@ -36,12 +37,17 @@ def _gradient(W: np.ndarray, X: np.ndarray, y: np.ndarray, task: str) -> np.ndar
     return Xb.T @ residual / len(y)
 
 
+#: ``tune_l2``: the l2 penalty is a tuned parameter; ``score_in_child``: the validation score
+#: is computed in a child process.
+OPTIONS = {"tune_l2", "score_in_child"}
+
+
 class LinearWorkload:
     name = "linear"
 
     def parameters(self, options: dict[str, Any]) -> list[dict[str, Any]]:
-        if set(options) - {"tune_l2"}:
-            raise ValueError(f"unknown option(s) {sorted(set(options) - {'tune_l2'})}")
+        if set(options) - OPTIONS:
+            raise ValueError(f"unknown option(s) {sorted(set(options) - OPTIONS)}")
         if options.get("tune_l2"):
             return [{"type": "float", "name": "l2", "low": 1e-6, "high": 1e-1, "log": True}]
         return []
@@ -63,7 +69,13 @@ class LinearWorkload:
             W = W - lr * (_gradient(W, d.X_train, d.y_train, d.task) + l2 * W)
         buffer = io.BytesIO()
         np.savez(buffer, W=W.astype(np.float32))
-        score = _score(d.task, d.y_val, _outputs(W, d.X_val))
+        score_args = (d.task, d.y_val, _outputs(W, d.X_val))
+        if unit.options.get("score_in_child"):
+            # As a workload may start processes of its own (a torch DataLoader's workers).
+            with multiprocessing.get_context("fork").Pool(1) as pool:
+                score = pool.apply(_score, score_args)
+        else:
+            score = _score(*score_args)
         return UnitOutput(score, buffer.getvalue(), time.perf_counter() - t0)
 
     def predict(self, checkpoint: bytes, X: np.ndarray) -> np.ndarray:
