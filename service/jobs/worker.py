@@ -53,7 +53,9 @@ MIN_POLL_SECONDS, MAX_POLL_SECONDS = 0.02, 0.5
 CHECK_SECONDS = 2.0
 #: Checkpoints a worker keeps in memory, those it told and those it downloaded, so that a unit
 #: starting from one skips the download: in a job of two workers about half the units continue
-#: a member the same worker trained last. A told checkpoint's key is never written again.
+#: a member the same worker trained last. A told checkpoint's key is written again only by a
+#: worker that lost the unit's lease while training it: the same unit, from the same start and
+#: seed, so the same bytes for a deterministic workload.
 CHECKPOINT_CACHE_BYTES = 256 * 2**20
 CHECKPOINT_CACHE_ENTRIES = 64
 
