@@ -44,15 +44,17 @@ class LruCache:
     def put(self, key: Hashable, value: Any) -> None:
         """Keep ``value`` under ``key`` (the most recently used), evicting the least recently
         used beyond the bounds."""
-        size = len(value) if self.max_bytes is not None else 0
-        if self.max_entries <= 0 or (self.max_bytes is not None and size > self.max_bytes):
-            return
+        bounded = self.max_bytes is not None
+        size = len(value) if bounded else 0
         with self._lock:
             old = self._entries.pop(key, None)
-            self._bytes += size - (len(old) if old is not None and self.max_bytes else 0)
+            self._bytes -= len(old) if old is not None and bounded else 0
+            if self.max_entries <= 0 or (self.max_bytes is not None and size > self.max_bytes):
+                return  # not kept, and no older value under the key either
+            self._bytes += size
             self._entries[key] = value
             while len(self._entries) > self.max_entries or (
                 self.max_bytes is not None and self._bytes > self.max_bytes
             ):
                 _, evicted = self._entries.popitem(last=False)
-                self._bytes -= len(evicted) if self.max_bytes is not None else 0
+                self._bytes -= len(evicted) if bounded else 0

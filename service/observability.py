@@ -10,6 +10,7 @@ import contextvars
 import json
 import logging
 import re
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -153,16 +154,27 @@ def show_asktell_info() -> None:
     from uvicorn.logging import DefaultFormatter
 
     logger = logging.getLogger("asktell")
-    if any(getattr(h, "asktell_info", False) for h in logger.handlers):
+    if any(isinstance(h, _Stderr) for h in logger.handlers):
         return
-    handler = logging.StreamHandler()
-    handler.setFormatter(
-        DefaultFormatter("%(levelprefix)s %(name)s: %(message)s", use_colors=False)
-    )
-    handler.asktell_info = True  # type: ignore[attr-defined]
+    handler = _Stderr()
+    line = "%(levelprefix)s %(name)s: %(message)s"
+    handler.setFormatter(DefaultFormatter(line, use_colors=False))
     logger.addHandler(handler)
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to whatever ``sys.stderr`` is when a record comes (a handler made
+    once per process would otherwise keep the stream of the moment it was made)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def install_request_id_on_records() -> None:

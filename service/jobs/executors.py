@@ -27,6 +27,8 @@ import collections
 import contextlib
 import importlib.util
 import logging
+import multiprocessing.connection
+import multiprocessing.util
 import os
 import signal
 import subprocess
@@ -77,11 +79,15 @@ def ray_installed() -> bool:
 
 class LocalWorker:
     """A worker as a child process of this server, forked from its fork server (so it starts
-    with torch imported), its stderr in a log file; ``on_exit`` is called (from a thread of
-    its own) when the process ends, so that the runner tends the job at once rather than at
-    its next pass. The worker ends when this server process does (kill -9 included): it holds
-    the reading end of a pipe only this process can write to, and a thread of the worker
-    waits for its end of file."""
+    with torch imported), its stdout and stderr in a log file; ``on_exit`` is called (from a
+    thread of its own) when the process ends, so that the runner tends the job at once rather
+    than at its next pass.
+
+    The worker and this process share a socket pair. The worker ends when this server process
+    does (kill -9 included): a thread of it waits for the pair's end of file, which only this
+    process's end gives. And the worker writes its exit code there before it exits:
+    multiprocessing hands a fork server child's exit code to whichever thread reads it first
+    (starting any process polls every child) and 255 to the others."""
 
     def __init__(
         self, argv: list[str], env: dict[str, str], log_path: Path, on_exit: Callable[[], None]
@@ -89,18 +95,20 @@ class LocalWorker:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         ctx = forkserver.context()
-        server_alive, self._alive = ctx.Pipe(duplex=False)
+        self._link, worker_link = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=run_local_worker,
-            args=(argv, env, str(log_path), server_alive),
+            args=(argv, env, str(log_path), worker_link),
             name="asktell-worker",
             # Not daemonic: a workload may start processes of its own (a torch DataLoader's
-            # workers), which multiprocessing refuses a daemonic process. The runner stops the
-            # workers when the server shuts down.
+            # workers), which multiprocessing refuses a daemonic process.
             daemon=False,
         )
         self.process.start()
-        server_alive.close()
+        worker_link.close()
+        # At exit, multiprocessing joins the non-daemonic children: a worker the runner did
+        # not stop (a forced exit) is killed first instead of waited for.
+        self._at_exit = multiprocessing.util.Finalize(None, self.process.kill, exitpriority=10)
         self.code: int | None = None
         self._ended = threading.Event()
         threading.Thread(
@@ -108,13 +116,21 @@ class LocalWorker:
         ).start()
 
     def _watch(self, on_exit: Callable[[], None]) -> None:
-        # The only thread that joins the process: the fork server hands the exit code over
-        # once, and a second reader would get 255 instead.
-        self.process.join()
-        self.code = self.process.exitcode
-        self._alive.close()
+        multiprocessing.connection.wait([self.process.sentinel])
+        self.code = self._said_code()
+        if self.code is None:  # killed, or it died before saying
+            self.process.join()
+            self.code = self.process.exitcode
+        self._at_exit.cancel()
+        self._link.close()
         self._ended.set()
         on_exit()
+
+    def _said_code(self) -> int | None:
+        try:
+            return int(self._link.recv()) if self._link.poll() else None
+        except (EOFError, OSError, TypeError, ValueError):
+            return None
 
     @property
     def pid(self) -> int | None:
@@ -146,26 +162,32 @@ class LocalWorker:
 
 
 def run_local_worker(
-    argv: list[str], env: dict[str, str], log_path: str, server_alive: Connection
+    argv: list[str], env: dict[str, str], log_path: str, server_link: Connection
 ) -> None:
     """The body of a local worker's process: the server's environment for the job, its log as
-    stderr, a thread that ends the process when the server process is gone, then the loop."""
+    stdout and stderr, a thread that ends the process when the server process is gone, then the
+    loop; its exit code goes to the server before it exits."""
     from service.jobs import worker
 
     os.environ.clear()
     os.environ.update(env)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
     threading.Thread(
-        target=_end_with_server, args=(server_alive,), name="asktell-server-alive", daemon=True
+        target=_end_with_server, args=(server_link,), name="asktell-server-alive", daemon=True
     ).start()
-    worker.exit_now(worker.main(argv))
+    code = worker.main(argv)
+    with contextlib.suppress(OSError):
+        server_link.send(code)
+    worker.exit_now(code)
 
 
-def _end_with_server(server_alive: Connection) -> None:
+def _end_with_server(server_link: Connection) -> None:
     with contextlib.suppress(EOFError, OSError):
-        server_alive.recv_bytes()
+        while True:  # nothing is sent this way: only the end of file
+            server_link.recv_bytes()
     os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -101,3 +101,20 @@ def test_a_cache_bounded_by_bytes_evicts_until_its_entries_fit():
     assert held("huge") is None and held("a") == b"12" and held("c") == b"abcdef"
     cache.put("d", b"xyz")  # 2 + 6 + 3 > 10: "a" goes
     assert held("a") is None and held("c") == b"abcdef" and held("d") == b"xyz"
+    cache.put("c", b"y" * 11)  # an oversized new value drops the old one: no stale entry
+    assert held("c") is None and held("d") == b"xyz"
+    cache.put("e", b"1234567")  # the dropped value's bytes were given back: 3 + 7 fit
+    assert held("d") == b"xyz" and held("e") == b"1234567"
+
+
+def test_a_filtered_history_is_cached_apart_from_the_whole(http):
+    sid = _study(http)
+    for x, value in [(1.0, 3.0), (-1.0, 1.0)]:
+        body = {"params": {"x": x, "y": 0.0}, "values": {"value": value}}
+        assert http.post(f"/v1/studies/{sid}/trials", json=body).status_code == 201
+    whole = http.get(f"/v1/studies/{sid}/history").json()
+    positive = '{"params.x": {"min": 0}}'
+    part = http.get(f"/v1/studies/{sid}/history", params={"filter": positive}).json()
+    assert whole["finished"] == 2 and part["finished"] == 1
+    assert part["best_by_time"]["value"][-1][1] == 3.0
+    assert http.get(f"/v1/studies/{sid}/history").json() == whole

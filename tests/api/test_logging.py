@@ -11,6 +11,8 @@ from service.observability import configure_logging
 def test_asktell_information_is_written_once_to_stderr(capfd) -> None:
     configure_logging("text")
     configure_logging("text")  # a second app in the same process adds no second handler
+    # Written to the stderr of the moment: an app made earlier in this process (another
+    # test's) made the handler while another stream was stderr.
     logging.getLogger("asktell.jobs").info("job %d: claimed by %s", 7, "host:1")
     logging.getLogger("asktell.jobs").debug("not shown")
     err = capfd.readouterr().err
