@@ -164,11 +164,11 @@ def show_asktell_info() -> None:
         logger.setLevel(logging.INFO)
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stderr(logging.StreamHandler):
     """A handler writing to whatever ``sys.stderr`` is when a record comes (a handler made
     once per process would otherwise keep the stream of the moment it was made)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
