@@ -44,17 +44,20 @@ class LruCache:
     def put(self, key: Hashable, value: Any) -> None:
         """Keep ``value`` under ``key`` (the most recently used), evicting the least recently
         used beyond the bounds."""
-        bounded = self.max_bytes is not None
-        size = len(value) if bounded else 0
+        limit = self.max_bytes
+
+        def size(v: Any) -> int:
+            return len(v) if limit is not None else 0
+
         with self._lock:
             old = self._entries.pop(key, None)
-            self._bytes -= len(old) if old is not None and bounded else 0
-            if self.max_entries <= 0 or (self.max_bytes is not None and size > self.max_bytes):
+            self._bytes -= size(old) if old is not None else 0
+            if self.max_entries <= 0 or (limit is not None and size(value) > limit):
                 return  # not kept, and no older value under the key either
-            self._bytes += size
+            self._bytes += size(value)
             self._entries[key] = value
             while len(self._entries) > self.max_entries or (
-                self.max_bytes is not None and self._bytes > self.max_bytes
+                limit is not None and self._bytes > limit
             ):
                 _, evicted = self._entries.popitem(last=False)
-                self._bytes -= len(evicted) if bounded else 0
+                self._bytes -= size(evicted)

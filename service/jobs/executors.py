@@ -46,7 +46,7 @@ from service.settings import Settings
 
 log = logging.getLogger("asktell.jobs")
 
-forkserver.preload("service.jobs.worker", "service.jobs.mlp", "service.jobs.data")
+forkserver.preload("service.jobs.worker", "service.jobs.mlp")
 
 RAY_EXTRA = "asktell[ray]"
 RAY_TASK_PREFIX = "asktell worker "
@@ -117,10 +117,10 @@ class LocalWorker:
 
     def _watch(self, on_exit: Callable[[], None]) -> None:
         multiprocessing.connection.wait([self.process.sentinel])
-        self.code = self._said_code()
-        if self.code is None:  # killed, or it died before saying
-            self.process.join()
-            self.code = self.process.exitcode
+        said = self._said_code()
+        self.process.join()
+        # Killed, or dead before it said: the fork server's code (negative for a signal).
+        self.code = said if said is not None else self.process.exitcode
         self._at_exit.cancel()
         self._link.close()
         self._ended.set()
@@ -186,8 +186,7 @@ def run_local_worker(
 
 def _end_with_server(server_link: Connection) -> None:
     with contextlib.suppress(EOFError, OSError):
-        while True:  # nothing is sent this way: only the end of file
-            server_link.recv_bytes()
+        server_link.recv_bytes()  # the server sends nothing: this waits for the end of file
     os.kill(os.getpid(), signal.SIGTERM)
 
 
