@@ -9,7 +9,8 @@ One run, three parts, then markdown tables, the wall time and ONE final JSON lin
    - turbo-enn, both modes (``noisy=false``: non-dominated sorting, no fit, the default;
      ``noisy=true``: fitted ENN, lower confidence bound), through the engine contract only:
      the median of 3 calls of ``engine.suggest(problem, history, q, {}, rng)``. A fresh state
-     with N completed points makes the ask a trust-region proposal over all N points (L = 0.8
+     with N completed points makes the ask a region proposal over all N points (at d = 20 the
+     CMA region: ENN over all N points ranks ``10 q`` draws; at d = 100 the box, L = 0.8
      around the best), i.e. the engine rebuilds everything from the history, as it does on
      every ask of a study. One untimed call per mode first (imports, caches).
    - GP-TuRBO (``bench/gp_turbo.py``: TuRBO-1 exactly as in the BoTorch tutorial, exact
@@ -28,8 +29,9 @@ One run, three parts, then markdown tables, the wall time and ONE final JSON lin
 
 2. Quality: Ackley-20 and Rosenbrock-20, both on [-5,10]^20 (f* = 0), minimized, q = 4,
    2,000 evaluations, seeds 0-4: best value found, median (min, max) over seeds, for
-   turbo-enn in both modes (engine defaults: 2 d initial Sobol points per trust region),
-   an ablation of the default mode with ``restart_keeps_data=true`` (ennbo's restart rule),
+   turbo-enn in both modes (engine defaults: the CMA region at d = 20), two ablations with
+   TuRBO's box region (``trust_region: "box"``, 2 d initial Sobol points per region), one with
+   ``restart_keeps_data=true`` (ennbo's restart rule),
    Sobol (scipy scrambled, 2,000 points) and ennbo (PARETO, ``num_init = 2 d``, in its
    subprocess). GP-TuRBO runs 1,000 evaluations with seeds 0-2 (``n_init = 2 d``) on Ackley-20
    (``--gp-problems ackley,rosenbrock`` adds Rosenbrock-20, about 30 minutes more), with one

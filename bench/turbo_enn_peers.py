@@ -7,9 +7,9 @@ evaluations, 3 seeds. ``turbo-enn`` (at its defaults, through the engine contrac
 time (it keeps its own generations). Optuna's TPE is left out: at 2,000 trials its ask takes
 about 0.1 s, an hour of runs, and it trails the others on such budgets.
 
-A fourth method, ``turbo-enn keep-data``, is ``turbo-enn`` with ``restart_keeps_data: true``
-(a restart keeps the region's data and centre, as ennbo's does): the restart rule is decided on
-the tuning half by comparing the two.
+A fourth method, ``turbo-enn box``, is ``turbo-enn`` with ``trust_region: "box"`` (TuRBO's
+box, the default before the CMA region): the region is decided on the tuning half by comparing
+the two.
 
 Figures per (function, method): the median over seeds of the regret ``best f - f_opt`` after
 the evaluations, with the seeds' range, and the run's wall seconds. Targets (issue 22), on the
@@ -18,6 +18,7 @@ ennbo's on every one.
 
     .venv/bin/python -m bench.turbo_enn_peers           # full: 10 functions x 3 methods x 3
     .venv/bin/python -m bench.turbo_enn_peers --quick   # 2 functions, 1 seed, 200 evaluations
+    .venv/bin/python -m bench.turbo_enn_peers --functions 1,6,10,15,20   # the tuning half
 
 Needs the ``bench`` extra (coco-experiment, cmaes, ennbo with ``--no-deps``). Each run is one
 process of a 2-worker grid. Progress goes to stderr; the tables and the JSON line to stdout.
@@ -55,12 +56,12 @@ from bench.turbo_enn_runs import run_ennbo
 
 D = 20
 Q = 4
-METHODS = ("turbo-enn", "optuna-cmaes", "ennbo", "turbo-enn keep-data")
-#: turbo-enn's options per method: its defaults, and the ablation whose restart keeps the
-#: region's data and centre (as ennbo's does), to decide the restart rule on the tuning half.
+METHODS = ("turbo-enn", "optuna-cmaes", "ennbo", "turbo-enn box")
+#: turbo-enn's options per method: its defaults, and the ablation with TuRBO's box region, to
+#: decide the region on the tuning half.
 TURBO_ENN_OPTIONS: dict[str, dict[str, Any]] = {
     "turbo-enn": {},
-    "turbo-enn keep-data": {"restart_keeps_data": True},
+    "turbo-enn box": {"trust_region": "box"},
 }
 CODE_PATHS = ("engines", "bench/turbo_enn_peers.py", "bench/bbob.py")
 
@@ -126,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 functions, 1 seed, 200 evals")
     parser.add_argument("--methods", default=",".join(METHODS), help="a subset of the methods")
+    parser.add_argument("--functions", help="comma list of bbob function numbers (default all)")
     args = parser.parse_args(argv)
     methods = [m for m in METHODS if m in args.methods.split(",")]
     functions, seeds, budget = ((1, 8), 1, 200) if args.quick else (TUNING + HELD_OUT, 3, 2000)
+    if args.functions:
+        functions = tuple(int(f) for f in args.functions.split(","))
     bench = Bench("turbo_enn_peers", args.quick, CODE_PATHS)
     bench.header(f"d = {D}, {budget} evaluations, {seeds} seeds, q = {Q}")
     optimum = {f: f_opt(f, D) for f in functions}

@@ -30,12 +30,14 @@ ENGINE = "turbo-enn"
 #: turbo-enn modes: label -> engine options.
 MODES: dict[str, dict[str, Any]] = {"nds": {"noisy": False}, "noisy": {"noisy": True}}
 MODE_LABELS = {"nds": "turbo-enn noisy=false", "noisy": "turbo-enn noisy=true"}
-#: Quality only: the default mode with the ennbo package's restart (the region keeps its data
-#: and centre), to show how much of a quality gap to ennbo the restart rule explains.
+#: Quality only: TuRBO's box region (the default before the CMA region), and the box with the
+#: ennbo package's restart (the region keeps its data and centre).
 ABLATIONS: dict[str, dict[str, Any]] = {
-    "nds-keep": {"noisy": False, "restart_keeps_data": True},
+    "box": {"noisy": False, "trust_region": "box"},
+    "box-keep": {"noisy": False, "trust_region": "box", "restart_keeps_data": True},
 }
-MODE_LABELS["nds-keep"] = "turbo-enn restart keeps data (ablation)"
+MODE_LABELS["box"] = "turbo-enn box region (ablation)"
+MODE_LABELS["box-keep"] = "turbo-enn box, restart keeps data (ablation)"
 DIMS = [20, 100]
 QS = [4, 50]
 REPS = 3

@@ -300,3 +300,38 @@ class ENN:
             if np.isfinite(ll) and ll > best_ll:
                 best, best_ll = params, float(ll)
         return best
+
+
+# --- selections on a posterior (turbo-enn) -----------------------------------------------------
+
+
+def lowest(score: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of the ``count`` lowest scores, best first, ties broken at random."""
+    perm = rng.permutation(len(score))
+    top = perm[np.argpartition(score[perm], count - 1)[:count]]
+    return top[np.argsort(score[top], kind="stable")]
+
+
+def pareto_select(
+    mu: np.ndarray, sigma: np.ndarray, count: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``count`` indices by non-dominated sorting of (low ``mu``, high ``sigma``): whole fronts
+    in rank order, the last front sampled without replacement; returned by ``mu``."""
+    remaining = np.arange(len(mu))
+    chosen: list[int] = []
+    while len(chosen) < count:
+        front = remaining[first_front(mu[remaining], sigma[remaining])]
+        room = count - len(chosen)
+        if len(front) > room:
+            front = rng.choice(front, room, replace=False)
+        chosen.extend(front.tolist())
+        remaining = np.setdiff1d(remaining, front, assume_unique=True)
+    picked = np.array(chosen, dtype=np.int64)
+    return picked[np.argsort(mu[picked], kind="stable")]
+
+
+def first_front(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats in both low ``mu`` and high ``sigma``."""
+    order = np.lexsort((-sigma, mu))
+    best_before = np.maximum.accumulate(np.concatenate([[-np.inf], sigma[order][:-1]]))
+    return np.sort(order[sigma[order] > best_before])

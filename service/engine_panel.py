@@ -1,15 +1,16 @@
 """A study's engine panel: what its optimizer did, ask after ask, for charts.
 
 Each engine stores its diagnostics in the details of the trials it proposes (``service.ask``
-adds the engine's wall time, ``ask_seconds``, to every engine): TuRBO-ENN its trust-region
-length, success and failure counters and restarts (``generation``); LCBO its phase, penalty,
-KKT residual, gradient deviation and the iterate's violation; POM each point's probability of
-Pareto-optimality and the batch's score; mwgd the particle run's gradient norms and each
-point's hypervolume improvement; GP each model's lengthscales. Here those fields are read as
-numbers in SQL (never whole details documents), downsampled per series, and grouped into
-charts; the engine's state gives the facts, and mwgd's state its last particles. An ``auto``
-study's panel charts the engine it chose at each ask, then the quantities of every engine it
-delegated to, and its facts are the choice, the switches and the current engine's state.
+adds the engine's wall time, ``ask_seconds``, to every engine): TuRBO-ENN its CMA region's step
+size, or its box's length and success and failure counters, and restarts (``generation``); LCBO
+its phase, penalty, KKT residual, gradient deviation and the iterate's violation; POM each
+point's probability of Pareto-optimality and the batch's score; mwgd the particle run's gradient
+norms and each point's hypervolume improvement; GP each model's lengthscales. Here those fields
+are read as numbers in SQL (never whole details documents), downsampled per series, and grouped
+into charts; the engine's state gives the facts, and mwgd's state its last particles. An
+``auto`` study's panel charts the engine it chose at each ask, then the quantities of every
+engine it delegated to, and its facts are the choice, the switches and the current engine's
+state.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Chart:
 CHARTS = {
     "time": Chart("Engine time per ask", "seconds", log_y=True),
     "length": Chart("Trust-region length", "side in the unit cube", log_y=True),
+    "sigma": Chart("CMA region's step size", "sigma in the unit cube", log_y=True),
     "counters": Chart("Successes and failures in a row", "count"),
     "restarts": Chart("Restarts", "restarts so far"),
     "phase": Chart("Phase", "phase"),
@@ -91,6 +93,7 @@ _RESTARTS = Quantity("generation", ("generation",), "restarts", "restarts")
 QUANTITIES: dict[str, tuple[Quantity, ...]] = {
     "turbo-enn": (
         Quantity("length", ("length",), "trust-region length", "length"),
+        Quantity("sigma", ("sigma",), "CMA step size", "sigma"),
         Quantity("successes", ("successes",), "successes", "counters"),
         Quantity("failures", ("failures",), "failures", "counters"),
         _RESTARTS,
@@ -119,8 +122,9 @@ QUANTITIES: dict[str, tuple[Quantity, ...]] = {
 }
 
 DESCRIPTIONS = {
-    "turbo-enn": "The trust region's side length (halved after failures, doubled after "
-    "successes), its success and failure counters and its restarts.",
+    "turbo-enn": "The CMA region's step size sigma (trust_region cma, the default) or the box's "
+    "side length (halved after failures, doubled after successes) and its success and failure "
+    "counters (trust_region box), and the restarts.",
     "lcbo": "The local search's phase, the exact-penalty weight, the KKT residual and the "
     "gradient's posterior deviation at the iterate, and feasibility.",
     "pom": "Each proposed point's probability of Pareto-optimality and each batch's POM "

@@ -70,10 +70,10 @@ def test_an_auto_study_names_its_engine_and_switches(on_both):
     series = {s["name"]: s["points"] for c in panel["charts"] for s in c["series"]}
     # The choice: where it changes, and the last trial.
     assert series["auto_engine"] == [[0, "gp"], [6, "turbo-enn"], [9, "turbo-enn"]]
-    assert [n for n, _ in series["length"]] == [6, 7, 8, 9]
+    assert [n for n, _ in series["sigma"]] == [6, 7, 8, 9]
     facts = {f["name"]: f["value"] for f in panel["facts"]}
     assert facts["auto.engine"] == "turbo-enn" and facts["auto.switch at 6"] == "gp -> turbo-enn"
-    assert facts["turbo-enn.length"] == state["engines"]["turbo-enn"]["length"]
+    assert facts["turbo-enn.cma.sigma"] == state["engines"]["turbo-enn"]["cma"]["sigma"]
 
 
 def test_auto_takes_several_objectives_and_refuses_bad_options(http):

@@ -63,7 +63,12 @@ def test_turbo_enn_shows_the_trust_region_shrinking_and_restarting(client):
         # Every failure halves the region and below 0.3 it restarts: 0.8, 0.4, restart.
         engine={
             "name": "turbo-enn",
-            "options": {"n_initial": 4, "failure_tolerance": 1, "length_min": 0.3},
+            "options": {
+                "n_initial": 4,
+                "failure_tolerance": 1,
+                "length_min": 0.3,
+                "trust_region": "box",
+            },
         },
         seed=1,
     )
@@ -85,6 +90,23 @@ def test_turbo_enn_shows_the_trust_region_shrinking_and_restarting(client):
     assert facts["length"] == state["length"] and facts["generation"] == state["generation"]
     assert facts["slowest ask (s)"] >= facts["mean ask (s)"] > 0
     assert "seed" not in facts and panel.particles is None
+
+
+def test_turbo_enn_shows_the_cma_regions_step_size(client):
+    study = client.create_study(
+        "turbo-cma", [FLOAT_X, FLOAT_Y], engine={"name": "turbo-enn"}, seed=1
+    )
+    study.optimize(_sphere, n_trials=30, progress=False)
+    panel = study.engine_panel()
+    assert [c.key for c in panel.charts] == ["sigma", "restarts", "time"]
+    series = {s.name: dict(s.points) for c in panel.charts for s in c.series}
+    details = {t.number: t.details for t in study.trials()}
+    assert series["sigma"] == {n: d["sigma"] for n, d in details.items()}
+    assert len(set(series["sigma"].values())) > 1  # the step adapts
+    facts = {f.name: f.value for f in panel.facts}
+    state = study.refresh().engine_state
+    assert facts["cma.sigma"] == state["cma"]["sigma"]
+    assert facts["cma.updates"] == state["cma"]["updates"] > 0
 
 
 def test_lcbo_shows_phase_penalty_kkt_residual_and_feasibility(http):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import FLOAT_X, FLOAT_Y, study_body
 
 
-def test_a_turbo_enn_study_runs_through_the_client(client):
+@pytest.mark.parametrize("region", ["cma", "box"])
+def test_a_turbo_enn_study_runs_through_the_client(client, region):
     study = client.create_study(
         "enn",
         [FLOAT_X, FLOAT_Y],
-        engine={"name": "turbo-enn", "options": {"n_initial": 6}},
+        engine={"name": "turbo-enn", "options": {"n_initial": 6, "trust_region": region}},
         seed=2,
     )
     study.optimize(
@@ -18,13 +21,20 @@ def test_a_turbo_enn_study_runs_through_the_client(client):
     info = study.refresh()
     assert info.trial_counts == {"completed": 60}
     trials = list(study.trials())
-    sources = [t.details["source"] for t in trials]
-    assert sources[:6] == ["sobol"] * 6 and sources.count("turbo-enn") >= 40
     (best,) = study.best().trials
     assert best.values is not None and best.values["value"] < 0.5
     state = info.engine_state
-    assert {"length", "generation", "tr_start", "successes", "failures"} <= set(state)
-    assert state["n_seen"] <= 60 and 0 < state["length"] <= 1.6
+    assert state["n_seen"] <= 60 and {"generation", "tr_start"} <= set(state)
+    if region == "cma":
+        # Drawn from the CMA distribution until 6 trials are told, then pre-selected by ENN.
+        selections = [t.details["selection"] for t in trials]
+        assert selections[:6] == ["sample"] * 6 and selections.count("enn-mean") >= 40
+        assert state["cma"]["updates"] >= 8 and state["n_updated"] <= 60
+        return
+    sources = [t.details["source"] for t in trials]
+    assert sources[:6] == ["sobol"] * 6 and sources.count("turbo-enn") >= 40
+    assert {"length", "successes", "failures"} <= set(state) and state["cma"] is None
+    assert 0 < state["length"] <= 1.6
 
 
 def test_a_batch_ask_returns_distinct_trust_region_points(http):
@@ -49,7 +59,8 @@ def test_turbo_enn_refuses_two_objectives_at_creation(http):
 
 
 def test_bad_turbo_enn_options_are_422(http):
-    for options in ({"k_neighbors": 0}, {"noisy": "yes"}, {"length_min": 5.0}, {"foo": 1}):
+    bad = ({"k_neighbors": 0}, {"noisy": "yes"}, {"length_min": 5.0}, {"foo": 1})
+    for options in (*bad, {"trust_region": "ball"}, {"preselect": 0}, {"population": 2}):
         r = http.post(
             "/v1/studies", json=study_body(engine={"name": "turbo-enn", "options": options})
         )

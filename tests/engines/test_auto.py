@@ -155,9 +155,9 @@ def test_an_unusable_state_is_rebuilt():
 
 def test_noisy_is_passed_to_turbo_enn():
     proposals = _run(AutoEngine(switch_at=6, noisy=True), PROBLEM, 4, seed=1)
-    assert proposals[3].details[0]["selection"] == "lcb"
+    assert proposals[3].details[0]["selection"] == "enn-mean-fitted"
     proposals = _run(AutoEngine(switch_at=6), PROBLEM, 4, seed=1)
-    assert proposals[3].details[0]["selection"] == "pareto"
+    assert proposals[3].details[0]["selection"] == "enn-mean"
 
 
 def test_a_tiny_budget_stays_random():

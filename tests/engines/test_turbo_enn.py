@@ -1,4 +1,5 @@
-"""The turbo-enn engine (engines/turbo_enn.py): trust-region state machine, selection, seeds."""
+"""The turbo-enn engine (engines/turbo_enn.py) with TuRBO's box region: trust-region state
+machine, selection, seeds. The CMA region: tests/engines/test_cma_region.py."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import numpy as np
 import pytest
 
 from engines.base import History, Problem
-from engines.enn import ENN, ENNParams
+from engines.enn import ENN, ENNParams, first_front, pareto_select
 from engines.errors import EngineUnsupported
 from engines.registry import make_engine
 from engines.space import FloatParam, IntParam, SearchSpace
-from engines.turbo_enn import _first_front, _pareto_select, _prefilter
+from engines.turbo_enn import _prefilter
+
+BOX = {"trust_region": "box"}
 
 
 def _problem(d: int, n_constraints: int = 0) -> Problem:
@@ -28,7 +31,7 @@ class Driver:
 
     def __init__(self, d: int = 2, **options):
         self.problem = _problem(d)
-        self.engine = make_engine("turbo-enn", {"n_initial": 4, **options})
+        self.engine = make_engine("turbo-enn", {"n_initial": 4, **BOX, **options})
         self.X = np.zeros((0, d))
         self.Y = np.zeros(0)
         self.state: dict = {}
@@ -113,7 +116,7 @@ def test_noisy_mode_fits_the_scales_and_keeps_them_in_the_state():
     rng = np.random.default_rng(4)
     X = rng.random((300, 3))
     y = ((X - 0.5) ** 2).sum(axis=1) + 0.05 * rng.standard_normal(300)
-    engine = make_engine("turbo-enn", {"noisy": True})
+    engine = make_engine("turbo-enn", {"noisy": True, **BOX})
     proposal = engine.suggest(_problem(3), _history(X, y), 5, {}, rng)
     assert proposal.X.shape == (5, 3)
     assert proposal.state["a"] > 0 and proposal.state["b"] != 1.0
@@ -126,7 +129,7 @@ def test_constraints_choose_the_incumbent():
     X = np.array([[0.1, 0.1], [0.9, 0.9], [0.5, 0.5], [0.2, 0.8]])
     y = np.array([0.0, 1.0, 2.0, 3.0])
     C = np.array([[1.0], [-1.0], [-1.0], [0.5]])  # the best value is infeasible
-    engine = make_engine("turbo-enn", {"n_initial": 4})
+    engine = make_engine("turbo-enn", {"n_initial": 4, **BOX})
     proposal = engine.suggest(_problem(2, 1), _history(X, y, C), 4, {}, np.random.default_rng(0))
     # Centred on [0.9, 0.9], the best feasible point.
     assert np.all(np.abs(proposal.X - 0.9) <= 0.4 + 1e-12)
@@ -140,7 +143,7 @@ def test_pending_points_and_repeats_are_never_proposed_on_a_grid():
     X = space.snap(rng.random((6, 2)))
     pending = space.snap(rng.random((3, 2)))
     history = History(X, X.sum(axis=1, keepdims=True), np.zeros((6, 0)), pending)
-    engine = make_engine("turbo-enn", {"n_initial": 2})
+    engine = make_engine("turbo-enn", {"n_initial": 2, **BOX})
     proposal = engine.suggest(problem, history, 5, {}, rng)
     keys = [row.tobytes() for row in space.snap(proposal.X)]
     assert len(set(keys)) == 5
@@ -157,7 +160,7 @@ def test_several_objectives_are_refused():
 def test_a_corrupt_state_is_rebuilt_from_the_history():
     rng = np.random.default_rng(0)
     X = rng.random((20, 2))
-    engine = make_engine("turbo-enn")
+    engine = make_engine("turbo-enn", BOX)
     for state in ({"length": "big"}, {"version": 99}, {"tr_start": 50}):
         proposal = engine.suggest(_problem(2), _history(X, X.sum(axis=1)), 2, state, rng)
         assert proposal.state["tr_start"] == 0 and proposal.state["n_seen"] == 20
@@ -167,9 +170,9 @@ def test_first_front_and_pareto_selection_by_hand():
     mu = np.array([1.0, 2.0, 3.0, 2.0, 4.0, 1.0])
     sigma = np.array([1.0, 2.0, 3.0, 1.5, 0.5, 0.5])
     # (1,1), (2,2), (3,3) trade off; (2,1.5) loses to (2,2); (4,.5) and (1,.5) lose to (1,1).
-    assert list(_first_front(mu, sigma)) == [0, 1, 2]
+    assert list(first_front(mu, sigma)) == [0, 1, 2]
     # Three fit whole; the second front is {3, 5}, one of which is sampled. Sorted by mu.
-    picked = _pareto_select(mu, sigma, 4, np.random.default_rng(0))
+    picked = pareto_select(mu, sigma, 4, np.random.default_rng(0))
     assert set(picked[:4]) >= {0, 1, 2}
     assert set(picked) - {0, 1, 2} <= {3, 5}
     assert list(mu[picked]) == sorted(mu[picked])

@@ -83,7 +83,12 @@ def test_a_turbo_enn_panel_shows_the_trust_region_and_follows_new_asks(server, a
         api,
         engine={
             "name": "turbo-enn",
-            "options": {"n_initial": 4, "failure_tolerance": 1, "length_min": 0.3},
+            "options": {
+                "n_initial": 4,
+                "failure_tolerance": 1,
+                "length_min": 0.3,
+                "trust_region": "box",
+            },
         },
     )
     _rounds(api, sid, [4, 2, 2, 2, 2], lambda p: {"values": {"value": 1.0}})
