@@ -25,11 +25,17 @@ there are at least ``lambda`` of them (asks come in batches of any size, and asy
 with the weights computed for that size; points are drawn from the distribution and redrawn
 (at most 10 times) while outside the unit cube, then clipped; the evaluated points, snapped to
 the space, are the population, whether they were drawn from this distribution or an earlier
-one (a pending trial told late). The state is JSON: plain lists.
+one (a pending trial told late), so each ``y_i`` is clipped to the Mahalanobis length
+``2 (sqrt(d) + 2 d / (d + 2))``, twice the bound for injected solutions [Hansen2011injection]
+(a draw of the current distribution practically never reaches it: the update is then CMA-ES's
+exactly), and one update changes ``sigma`` by at most a factor ``e``; ``sigma`` stays at most 1
+(the cube's side). The state is JSON: plain lists.
 
 References:
     [Hansen2016tutorial] N. Hansen. The CMA evolution strategy: a tutorial. arXiv 1604.00772,
         2016.
+    [Hansen2011injection] N. Hansen. Injecting external solutions into CMA-ES. INRIA research
+        report RR-7748, 2011.
 """
 
 from __future__ import annotations
@@ -52,8 +58,9 @@ def population_size(d: int) -> int:
     return 4 + int(3 * math.log(max(d, 1)))
 
 
-def start(mean: np.ndarray, sigma: float) -> JSON:
-    """A new distribution ``N(mean, sigma^2 I)``, as JSON."""
+def start(mean: np.ndarray, sigma: float, lam: int) -> JSON:
+    """A new distribution ``N(mean, sigma^2 I)``, as JSON; ``lam``, the generation size the
+    stopping rule counts generations of."""
     d = len(mean)
     return {
         "mean": [float(v) for v in mean],
@@ -64,6 +71,7 @@ def start(mean: np.ndarray, sigma: float) -> JSON:
         "p_c": [0.0] * d,
         "updates": 0,
         "recent": [],
+        "recent_max": 2 * (10 + math.ceil(30 * d / lam)),
     }
 
 
@@ -72,17 +80,20 @@ def valid(cma: Any, d: int) -> bool:
     try:
         mean, cov = np.asarray(cma["mean"], float), np.asarray(cma["cov"], float)
         paths = np.asarray([cma["p_sigma"], cma["p_c"]], float)
-        numbers = [float(cma["sigma"]), float(cma["sigma0"]), *map(float, cma["recent"])]
+        steps = [cma["sigma"], cma["sigma0"]]
+        recent = np.asarray(cma["recent"], float)
+        counters = [cma["updates"], cma["recent_max"]]
     except (KeyError, TypeError, ValueError):
         return False
+    arrays = (mean, cov, paths, recent)
     return (
         mean.shape == (d,)
         and cov.shape == (d, d)
         and paths.shape == (2, d)
-        and type(cma["updates"]) is int
-        and all(math.isfinite(v) for v in numbers)
-        and cma["sigma"] > 0
-        and bool(np.all(np.isfinite(cov)) and np.all(np.isfinite(mean)))
+        and recent.ndim == 1
+        and all(bool(np.all(np.isfinite(a))) for a in arrays)
+        and all(type(v) is float and math.isfinite(v) and v > 0 for v in steps)
+        and all(type(v) is int and v >= 0 for v in counters)
     )
 
 
@@ -111,14 +122,14 @@ def update(cma: JSON, X: np.ndarray, values: np.ndarray) -> JSON:
     w, mu = r["weights"], r["mu"]
     B, D = _eigen(C)
     C_inv_sqrt = (B / D) @ B.T
-    Y = (X - mean) / sigma
+    Y = _clip_lengths((X - mean) / sigma, C_inv_sqrt)
     y_w = w[:mu] @ Y[:mu]
     mean = mean + sigma * y_w
     p_sigma = (1 - r["c_s"]) * p_sigma + math.sqrt(r["c_s"] * (2 - r["c_s"]) * r["mu_eff"]) * (
         C_inv_sqrt @ y_w
     )
     norm = float(np.linalg.norm(p_sigma))
-    sigma *= math.exp(r["c_s"] / r["d_s"] * (norm / r["chi_d"] - 1))
+    sigma = min(sigma * math.exp(min(1.0, r["c_s"] / r["d_s"] * (norm / r["chi_d"] - 1))), 1.0)
     generation = cma["updates"] + 1
     h_sigma = (
         norm / math.sqrt(1 - (1 - r["c_s"]) ** (2 * generation)) < (1.4 + 2 / (d + 1)) * r["chi_d"]
@@ -133,8 +144,7 @@ def update(cma: JSON, X: np.ndarray, values: np.ndarray) -> JSON:
         + r["c_mu"] * (Y.T * w_cov) @ Y
     )
     C = (C + C.T) / 2
-    keep = 2 * (10 + math.ceil(30 * d / lam))
-    recent = [*cma["recent"], float(values[0]), float(values[-1])][-keep:]
+    recent = [*cma["recent"], float(values[0]), float(values[-1])][-cma["recent_max"] :]
     return {
         **cma,
         "mean": mean.tolist(),
@@ -147,14 +157,13 @@ def update(cma: JSON, X: np.ndarray, values: np.ndarray) -> JSON:
     }
 
 
-def exhausted(cma: JSON, lam: int) -> bool:
+def exhausted(cma: JSON) -> bool:
     """Whether the distribution has converged or degenerated (module docstring)."""
     mean, sigma = np.asarray(cma["mean"]), float(cma["sigma"])
     C, p_c = np.asarray(cma["cov"]), np.asarray(cma["p_c"])
     diag = np.diag(C)
     recent = cma["recent"]
-    full = len(recent) >= 2 * (10 + math.ceil(30 * len(mean) / lam))
-    if full and max(recent) - min(recent) < _TOL_FUN:
+    if len(recent) >= cma["recent_max"] and max(recent) - min(recent) < _TOL_FUN:
         return True
     tol_x = _TOL_X * float(cma["sigma0"])
     if np.all(sigma * np.sqrt(np.maximum(diag, 0)) < tol_x) and np.all(sigma * np.abs(p_c) < tol_x):
@@ -163,6 +172,15 @@ def exhausted(cma: JSON, lam: int) -> bool:
         return True
     _, D = _eigen(C)
     return bool((D.max() / D.min()) ** 2 > _MAX_CONDITION)
+
+
+def _clip_lengths(Y: np.ndarray, C_inv_sqrt: np.ndarray) -> np.ndarray:
+    """``Y: (n, d)`` with each row's Mahalanobis length ``|C^-1/2 y|`` at most
+    ``2 (sqrt(d) + 2 d / (d + 2))``."""
+    d = Y.shape[1]
+    lengths = np.linalg.norm(Y @ C_inv_sqrt, axis=1)
+    cap = 2 * (math.sqrt(d) + 2 * d / (d + 2))
+    return Y * np.minimum(1.0, cap / np.maximum(lengths, 1e-300))[:, None]
 
 
 def _eigen(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -35,17 +35,19 @@ fantasies; single objective only; ``restart_keeps_data`` restarts as the ``ennbo
 The CMA region (``trust_region: "cma"``, the default up to ``_CMA_MAX_DIMENSION`` parameters;
 our design, after CMA-BO [Ngo2024cmabo], which puts a BO method inside CMA-ES's search
 distribution): instead of the box, the region is a CMA-ES distribution ``N(m, sigma^2 C)``
-(``engines.cma_region``: equations there), starting at ``m`` = the cube's centre (at a
-restart, the next Sobol point), ``sigma = 1/6``, ``C = I``. Until the region holds
-``n_initial`` told trials, a batch is drawn from it; then ``preselect x q`` points are drawn
-and ENN keeps the ``q`` of lowest posterior mean (pre-selection, as in metamodel-assisted
-evolution strategies [Emmerich2002maes]). Every ``lambda`` (default ``4 + floor(3 ln d)``)
-told trials of the region update ``m``, ``sigma``, ``C``; the region restarts by CMA-ES's
-stopping rules. ENN's data are the region's trials, as in the box; ``noisy`` fits ENN's
-scales, which smooth the mean. Why: on the tuning half of ``bench/turbo_enn_peers.py`` (bbob,
-d = 20, 2,000 evaluations) the box trailed Optuna's CMA-ES on all five functions, the CMA
-region beat the box on all five and CMA-ES on four (docs/engines/turbo-enn.md). ``C`` is
-``d x d`` numbers in the study's state, so above ``_CMA_MAX_DIMENSION`` the box is used.
+(``engines.cma_region``: equations there), starting at ``m`` = the incumbent (the cube's centre
+in an empty study; at a restart, the next Sobol point), ``sigma = 1/6``, ``C = I``. Until the
+region holds ``n_initial`` told trials, a batch is drawn from it; then ``preselect x q`` points
+are drawn and ENN keeps the ``q`` of lowest posterior mean (pre-selection, as in
+metamodel-assisted evolution strategies [Emmerich2002maes]); snapped draws equal to a told
+(unless ``noisy``), pending or failed point are dropped. Every ``lambda`` (default
+``4 + floor(3 ln d)``) told trials of the region update ``m``, ``sigma``, ``C``; the region
+restarts by CMA-ES's stopping rules. ENN's data are the region's trials, as in the box;
+``noisy`` fits ENN's scales, which smooth the mean. Why: on the tuning half of
+``bench/turbo_enn_peers.py`` (bbob, d = 20, 2,000 evaluations) the box trailed Optuna's CMA-ES
+on all five functions, the CMA region beat the box on all five and CMA-ES on four
+(docs/engines/turbo-enn.md). ``C`` is ``d x d`` numbers in the study's state, so above
+``_CMA_MAX_DIMENSION`` the box is used.
 
 References:
     [Sweet2025enn] D. Sweet, S. A. Jadhav. Taking the GP out of the loop. arXiv 2506.12818,
@@ -221,7 +223,7 @@ class TurboENNEngine(ModelBasedEngine):
         X = X_sobol
         a, b = tr.a, tr.b
         if count > n_sobol:
-            taken = np.vstack([history.X_pending, history.X_failed, X_sobol])
+            taken = problem.space.snap(np.vstack([history.X_pending, history.X_failed, X_sobol]))
             X_tr, params = self._trust_region_points(
                 problem, history, tr, taken, count - n_sobol, rng
             )
@@ -255,14 +257,21 @@ class TurboENNEngine(ModelBasedEngine):
 
     def _fresh(self, history: History, rng: np.random.Generator, d: int, cma: bool) -> TrustRegion:
         """A TR over the whole history: a lost state is rebuilt, never a study lost. A CMA
-        region starts at the cube's centre and learns from the trials told from now on."""
+        region starts at the incumbent (the cube's centre in an empty study) and learns from
+        the trials told from now on."""
+        region = None
+        if cma:
+            told = history.n > 0
+            best = history.X[_best_row(_keys(history.Y[:, 0], history.C))] if told else None
+            mean = best if best is not None else np.full(d, 0.5)
+            region = cma_region.start(mean, _CMA_SIGMA_INIT, self._population(d))
         return TrustRegion(
             **SearchState.first_fields(_STATE_VERSION, rng),
             tr_start=0,
             n_init_given=history.n + len(history.X_pending),
             last_q=1,
             n_updated=history.n,
-            cma=cma_region.start(np.full(d, 0.5), _CMA_SIGMA_INIT) if cma else None,
+            cma=region,
             **self._new_region(),
         )
 
@@ -284,7 +293,10 @@ class TurboENNEngine(ModelBasedEngine):
         assert tr.cma is not None
         told = history.n - tr.tr_start
         selected = told >= self._n_initial(d)
-        taken = np.vstack([history.X_pending, history.X_failed])
+        # Told points too, unless noisy: on a grid, draws snapped onto the incumbent would win
+        # the pre-selection (ENN's mean there is its value) and repeat it.
+        told_rows = history.X[:0] if self.noisy else history.X
+        taken = problem.space.snap(np.vstack([history.X_pending, history.X_failed, told_rows]))
         n_drawn = min(count * self.preselect, max(count, _CMA_MAX_DRAWN)) if selected else count
         drawn = cma_region.sample(tr.cma, n_drawn, rng)
         cands = distinct_rows(problem.space.snap(drawn), taken)
@@ -337,11 +349,11 @@ class TurboENNEngine(ModelBasedEngine):
         order = np.lexsort((keys[:, 1], keys[:, 0]))
         cma = cma_region.update(tr.cma or {}, history.X[rows][order], keys[order, 1])
         tr = replace(tr, cma=cma, n_updated=history.n)
-        if not cma_region.exhausted(cma, lam):
+        if not cma_region.exhausted(cma):
             return tr
         stream = SobolStream(d, tr.seed, tr.index)
         mean = stream.draw(1)[0]
-        start = cma_region.start(mean, _CMA_SIGMA_INIT)
+        start = cma_region.start(mean, _CMA_SIGMA_INIT, lam)
         return tr.restarted(history, index=stream.index, n_updated=history.n, cma=start)
 
     def _restart(self, tr: TrustRegion, history: History) -> TrustRegion:
