@@ -39,8 +39,8 @@ distribution): instead of the box, the region is a CMA-ES distribution ``N(m, si
 in an empty study; at a restart, the next Sobol point), ``sigma = 1/6``, ``C = I``. Until the
 region holds ``n_initial`` told trials, a batch is drawn from it; then ``preselect x q`` points
 are drawn and ENN keeps the ``q`` of lowest posterior mean (pre-selection, as in
-metamodel-assisted evolution strategies [Emmerich2002maes]); snapped draws equal to a told
-(unless ``noisy``), pending or failed point are dropped. Every ``lambda`` (default
+metamodel-assisted evolution strategies [Emmerich2002maes]); snapped draws equal to a pending
+or failed point, or on a grid a told one (unless ``noisy``), are dropped. Every ``lambda`` (default
 ``4 + floor(3 ln d)``) told trials of the region update ``m``, ``sigma``, ``C``; the region
 restarts by CMA-ES's stopping rules. ENN's data are the region's trials, as in the box;
 ``noisy`` fits ENN's scales, which smooth the mean. Why: on the tuning half of
@@ -293,9 +293,10 @@ class TurboENNEngine(ModelBasedEngine):
         assert tr.cma is not None
         told = history.n - tr.tr_start
         selected = told >= self._n_initial(d)
-        # Told points too, unless noisy: on a grid, draws snapped onto the incumbent would win
+        # Told points too on a grid (unless noisy): draws snapped onto the incumbent would win
         # the pre-selection (ENN's mean there is its value) and repeat it.
-        told_rows = history.X[:0] if self.noisy else history.X
+        grid = any(dim.kind != "continuous" for dim in problem.space.dimensions)
+        told_rows = history.X if grid and not self.noisy else history.X[:0]
         taken = problem.space.snap(np.vstack([history.X_pending, history.X_failed, told_rows]))
         n_drawn = min(count * self.preselect, max(count, _CMA_MAX_DRAWN)) if selected else count
         drawn = cma_region.sample(tr.cma, n_drawn, rng)
