@@ -51,6 +51,11 @@ class SearchState:
         seed = int(rng.integers(2**31))
         return {"version": version, "seed": seed, "index": 0, "generation": 0, "n_seen": 0}
 
+    def as_json(self) -> JSON:
+        """The state as the study stores it: its fields, not copied (``dataclasses.asdict``
+        deep-copies nested lists, 1.4 ms an ask for a CMA region's covariance at d = 20)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def restarted(self: Search, history: History, **new: Any) -> Search:
         """This state after a restart: the next generation, a region that starts at the end of
         the history (its ``*_start`` field) with nothing seen or handed out yet, and the fields

@@ -65,7 +65,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -250,7 +250,7 @@ class TurboENNEngine(ModelBasedEngine):
             a=float(a),
             b=float(b),
         )
-        return Proposal(X=X.reshape(count, d), state=asdict(tr), details=details)
+        return Proposal(X=X.reshape(count, d), state=tr.as_json(), details=details)
 
     def _n_initial(self, d: int) -> int:
         return self.n_initial if self.n_initial is not None else max(1, 2 * d)
@@ -325,7 +325,7 @@ class TurboENNEngine(ModelBasedEngine):
             X = np.vstack([X, fill])
             details += [{"source": "sobol", "generation": tr.generation} for _ in fill]
         tr = replace(tr, index=stream.index, last_q=count, a=float(params.a), b=float(params.b))
-        return Proposal(X=X.reshape(count, d), state=asdict(tr), details=details)
+        return Proposal(X=X.reshape(count, d), state=tr.as_json(), details=details)
 
     def _new_region(self) -> dict[str, Any]:
         """The fields a TR starts with, at the first ask and at every restart."""
