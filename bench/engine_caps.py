@@ -42,6 +42,21 @@ CASES: list[tuple[str, dict[str, Any], int, int, int, int, int]] = [
         0,
     ),
     (
+        "turbo-enn",
+        {
+            "noisy": True,
+            "preselect": 1000,
+            "k_neighbors": 100,
+            "fit_candidates": 100,
+            "fit_samples": 1000,
+        },
+        50,
+        1000,
+        5000,
+        1,
+        0,
+    ),
+    (
         "pom",
         {
             "n_samples": 128,

@@ -34,6 +34,8 @@ hypervolume within 5 % of qLogNEHVI's (a ratio >= 0.95) on most problems.
     .venv/bin/python -m bench.pom_pymoo       # full: 6 problems x 6 methods x 5 seeds
     .venv/bin/python -m bench.pom_pymoo --quick   # ZDT2, 1 seed, 3 batches
     .venv/bin/python -m bench.pom_pymoo --problems zdt2,dtlz7m2 --methods pom,qlognehvi
+    .venv/bin/python -m bench.pom_pymoo --problems zdt1,dtlz2m3 --methods mwgd \
+        --mwgd-options '{"temperature": 0.05}'    # an mwgd setting on the tuning half
 
 Each run is one process of a 2-worker grid, one torch thread each. Progress goes to stderr; the
 tables and the final JSON line to stdout.
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -145,13 +148,16 @@ def evaluator(key: str) -> Evaluator:
     return Evaluator(SPECS[key])
 
 
-def run_one(job: Job, batches: int) -> dict[str, Any]:
+def run_one(job: Job, batches: int, mwgd_options: dict[str, Any]) -> dict[str, Any]:
     """One (problem, method, seed) run: its final metrics and seconds per batch."""
     spec = SPECS[job.problem]
     f = evaluator(job.problem)
     U = initial_design(spec, job.seed)
     Y = f(U)
-    engines: dict[str, tuple[str, dict[str, Any]]] = {"pom": ("pom", {}), "mwgd": ("mwgd", {})}
+    engines: dict[str, tuple[str, dict[str, Any]]] = {
+        "pom": ("pom", {}),
+        "mwgd": ("mwgd", mwgd_options),
+    }
     method = make_method(job.method, spec, f, job.seed, engines)
     method.start(U, Y, np.zeros((len(U), 0)))
     seconds = []
@@ -214,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", help=f"comma list of {','.join(SPECS)}")
     parser.add_argument("--methods", help=f"comma list of {','.join(METHODS)}")
     parser.add_argument("--seeds", type=int, help=f"seeds per problem (default {SEEDS})")
+    parser.add_argument("--mwgd-options", default="{}", help="mwgd's engine options, as JSON")
     args = parser.parse_args(argv)
+    mwgd_options = json.loads(args.mwgd_options)
     keys = args.problems.split(",") if args.problems else ["zdt2"] if args.quick else list(SPECS)
     if unknown := [k for k in keys if k not in SPECS]:
         raise SystemExit(f"unknown problem(s) {unknown}; choose from {list(SPECS)}")
@@ -222,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or (1 if args.quick else SEEDS)
     batches = 3 if args.quick else BATCHES
     bench = Bench("pom_pymoo", args.quick, CODE_PATHS)
-    bench.header(f"{seeds} seeds, {batches} batches of q = {Q}")
+    bench.header(f"{seeds} seeds, {batches} batches of q = {Q}, mwgd options {mwgd_options}")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def on_run(job: Job, result: dict[str, Any]) -> None:
@@ -239,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         key=lambda j: (j.seed, slow_first.index(j.method)),
     )
     with Grid(bench, initializer=worker_setup) as grid:
-        grid.run(run_one, jobs, on_run, batches)
+        grid.run(run_one, jobs, on_run, batches, mwgd_options)
     results = {k: {m: summarize(runs[(k, m)]) for m in METHODS if runs.get((k, m))} for k in keys}
     tuning = [k for k in keys if k in TUNING]
     held_out = [k for k in keys if k in HELD_OUT]

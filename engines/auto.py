@@ -35,7 +35,7 @@ Rules, first match wins (``switch_at`` defaults to 300, ``expected_trials`` to u
                                                                  efficient here while small; it
                                                                  models each constraint and has
                                                                  a categorical kernel
-7    otherwise                                     turbo-enn     ENN is O(n): 0.017 s per ask at
+7    otherwise                                     turbo-enn     ENN is O(n): 0.001 s per ask at
                                                                  n = 2,000, d = 20 where a GP
                                                                  takes 24 s (bench.turbo_enn); the
                                                                  exact GP's cost grows as n^3.

@@ -32,7 +32,7 @@ test (ENN models the objective only); an exact prefilter of the observations tha
 neighbour of a candidate; snapped candidates without duplicates or pending points, no
 fantasies; single objective only; ``restart_keeps_data`` restarts as the ``ennbo`` package.
 
-The CMA region (``trust_region: "cma"``, the default up to ``_CMA_MAX_DIMENSION`` parameters;
+The CMA region (``trust_region: "cma"``, the default up to ``_CMA_DEFAULT_DIMENSION`` parameters;
 our design, after CMA-BO [Ngo2024cmabo], which puts a BO method inside CMA-ES's search
 distribution): instead of the box, the region is a CMA-ES distribution ``N(m, sigma^2 C)``
 (``engines.cma_region``: equations there), starting at ``m`` = the incumbent (the cube's centre
@@ -46,8 +46,7 @@ restarts by CMA-ES's stopping rules. ENN's data are the region's trials, as in t
 ``noisy`` fits ENN's scales, which smooth the mean. Why: on the tuning half of
 ``bench/turbo_enn_peers.py`` (bbob, d = 20, 2,000 evaluations) the box trailed Optuna's CMA-ES
 on all five functions, the CMA region beat the box on all five and CMA-ES on four
-(docs/engines/turbo-enn.md). ``C`` is ``d x d`` numbers in the study's state, so above
-``_CMA_MAX_DIMENSION`` the box is used.
+(docs/engines/turbo-enn.md). ``C`` is ``d x d`` numbers in the state: at most 100 parameters.
 
 References:
     [Sweet2025enn] D. Sweet, S. A. Jadhav. Taking the GP out of the loop. arXiv 2506.12818,
@@ -73,7 +72,7 @@ from scipy.stats import qmc
 
 from engines import cma_region
 from engines.base import JSON, History, ModelBasedEngine, Problem, Proposal
-from engines.enn import ENN, ENNParams, lowest, pareto_select
+from engines.enn import ENN, ENNParams, lowest, pareto_select, prefilter
 from engines.errors import EngineUnsupported
 from engines.limits import WorkLimits
 from engines.local_search import (
@@ -89,8 +88,9 @@ from engines.space import distinct_rows
 _STATE_VERSION = 2
 #: Relative improvement (of the TR's value range) that counts as a success.
 _IMPROVEMENT = 1e-3
-#: Above this many parameters the CMA region's ``d x d`` covariance is too large a state.
-_CMA_MAX_DIMENSION = 50
+#: The CMA region's ``d x d`` covariance is in the state: chosen by default up to the first,
+#: on request up to the second (100: 10,000 numbers, 0.2 MB of JSON an ask).
+_CMA_DEFAULT_DIMENSION, _CMA_MAX_DIMENSION = 50, 100
 #: The CMA region's initial step: a sixth of the cube's side (CMA-ES's usual range / 6).
 _CMA_SIGMA_INIT = 1 / 6
 #: Points drawn per ask at most (beyond the batch itself), whatever ``preselect`` asks.
@@ -158,8 +158,8 @@ class TurboENNEngine(ModelBasedEngine):
         restart_keeps_data: a restart only resets the length and the counters; the region
             keeps its data and its centre (the ``ennbo`` package's behaviour) instead of
             starting over with a new initial design (TuRBO-1, the default). Box only.
-        trust_region: ``"cma"`` (the default; up to 50 parameters, the box above) or
-            ``"box"`` (TuRBO's).
+        trust_region: ``"cma"`` (up to 100 parameters, the box above), ``"box"`` (TuRBO's),
+            or ``None`` (the default): the CMA region up to 50 parameters, the box above.
         preselect: CMA region: points drawn per point asked, of which ENN keeps the best.
         population: CMA region: told trials per update, ``lambda``; ``None`` means
             ``4 + floor(3 ln d)``.
@@ -183,14 +183,16 @@ class TurboENNEngine(ModelBasedEngine):
     fit_candidates: int = int_option(30, 1, 100)
     fit_samples: int = int_option(100, 2, 1000)
     restart_keeps_data: bool = False
-    trust_region: str = "cma"
+    trust_region: str | None = None
     preselect: int = int_option(10, 1, 1_000)
     population: int | None = int_option(None, 4, 10_000)
 
     def __post_init__(self) -> None:
         check_int_options(self)
-        if self.trust_region not in ("cma", "box"):
-            raise ValueError(f"trust_region must be 'cma' or 'box', got {self.trust_region!r}")
+        if self.trust_region not in ("cma", "box", None):
+            raise ValueError(
+                f"trust_region must be 'cma', 'box' or null, not {self.trust_region!r}"
+            )
         if not 0 < self.length_min <= self.length_init <= self.length_max <= 2:
             raise ValueError(
                 "need 0 < length_min <= length_init <= length_max <= 2, got "
@@ -205,7 +207,8 @@ class TurboENNEngine(ModelBasedEngine):
                 "turbo-enn optimizes one objective; use 'pom' or 'gp' for several"
             )
         d = problem.d
-        cma = self.trust_region == "cma" and 0 < d <= _CMA_MAX_DIMENSION
+        region = self.trust_region or ("cma" if d <= _CMA_DEFAULT_DIMENSION else "box")
+        cma = region == "cma" and 0 < d <= _CMA_MAX_DIMENSION
         tr = TrustRegion.parse(state, history, cma) or self._fresh(history, rng, d, cma)
         if cma:
             return self._suggest_cma(problem, history, tr, count, rng)
@@ -420,7 +423,7 @@ class TurboENNEngine(ModelBasedEngine):
         cands = distinct_rows(problem.space.snap(cands), taken)
         if len(cands) == 0:
             return np.zeros((0, d)), params
-        enn = _prefilter(enn, centre, lower, upper)
+        enn = prefilter(enn, centre, lower, upper)
         mu, sigma = enn.posterior(cands, params)
         pick = count if len(cands) >= count else len(cands)
         if self.noisy:
@@ -481,20 +484,3 @@ def _sobol(d: int, n: int) -> np.ndarray:
         points = qmc.Sobol(d, scramble=False).random(n)
     points.flags.writeable = False
     return points
-
-
-def _prefilter(enn: ENN, centre: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> ENN:
-    """ENN on the observations that can be a neighbour of a point of the box (module
-    docstring); the same predictions at a fraction of the search cost late in a TR."""
-    rho = float(np.sqrt(np.sum(np.maximum(centre - lower, upper - centre) ** 2)))
-    farthest = float(np.sqrt(np.sum(np.maximum(lower, 1.0 - upper) ** 2)))
-    if rho >= farthest:
-        return enn  # every point of the unit cube is within reach: nothing to drop
-    _, d2_centre = enn.index.search(centre[None, :], min(enn.k, enn.n))
-    reach = rho + float(np.sqrt(d2_centre[0, -1]))
-    outside = np.maximum(lower - enn.X, 0.0) + np.maximum(enn.X - upper, 0.0)
-    to_box = np.sqrt(np.einsum("nd,nd->n", outside, outside))
-    keep = np.flatnonzero(to_box <= reach * (1 + 1e-9) + 1e-12)
-    if len(keep) > 0.8 * enn.n:
-        return enn
-    return ENN(enn.X[keep], enn.Y[keep], k=enn.k, sigma_y=enn.sigma_y)

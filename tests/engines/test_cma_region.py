@@ -255,6 +255,22 @@ def test_the_same_seed_gives_the_same_cma_proposals_and_the_box_above_fifty_para
     assert proposal.state["cma"] is None and "length" in proposal.details[0]
 
 
+@pytest.mark.parametrize(
+    ("options", "d", "cma"),
+    [
+        ({}, 50, True),
+        ({}, 51, False),
+        ({"trust_region": "cma"}, 100, True),
+        ({"trust_region": "cma"}, 101, False),
+        ({"trust_region": "box"}, 2, False),
+    ],
+)
+def test_the_region_by_dimension_and_option(options, d, cma):
+    X = np.random.default_rng(0).random((3 * d, d))
+    proposal = _ask(make_engine("turbo-enn", options), _problem(d), X, X.sum(axis=1), None, {}, 2)
+    assert (proposal.state["cma"] is not None) == cma
+
+
 def test_a_box_state_under_the_cma_region_is_rebuilt_around_the_incumbent():
     problem = _problem(2)
     rng = np.random.default_rng(0)

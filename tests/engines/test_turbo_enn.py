@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from engines.base import History, Problem
-from engines.enn import ENN, ENNParams, first_front, pareto_select
+from engines.enn import ENN, ENNParams, first_front, pareto_select, prefilter
 from engines.errors import EngineUnsupported
 from engines.registry import make_engine
 from engines.space import FloatParam, IntParam, SearchSpace
-from engines.turbo_enn import _prefilter
 
 BOX = {"trust_region": "box"}
 
@@ -184,7 +183,7 @@ def test_prefilter_keeps_every_neighbour_of_the_box():
     enn = ENN(X, X.sum(axis=1, keepdims=True))
     centre = np.array([0.3, 0.6, 0.5])
     lower, upper = centre - 0.05, centre + 0.05
-    small = _prefilter(enn, centre, lower, upper)
+    small = prefilter(enn, centre, lower, upper)
     assert small.n < enn.n / 5  # a small box needs few observations
     Q = lower + (upper - lower) * rng.random((500, 3))
     for params in (ENNParams(), ENNParams(b=3.0, a=0.2)):
