@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "--dimension",
         type=int,
         default=D,
-        help=f"d: 2, 3, 5, 10, 20 or 40 (COCO bbob; default {D})",
+        choices=(2, 3, 5, 10, 20, 40),
+        help=f"d, one COCO's bbob has (default {D})",
     )
     args = parser.parse_args(argv)
     d = args.dimension
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "turbo_enn_peers",
         "version": bench.version,
         "quick": args.quick,
+        "dimension": d,
         "turbo_enn_held_out_at_most_cmaes": vs_cmaes,
         "turbo_enn_held_out_at_most_ennbo": vs_ennbo,
         "held_out_functions": len(held_out),

@@ -55,8 +55,9 @@ _SHORTLIST_EXTRA = 16
 #: Up to this dimension the shortlist comes from torch, above it from faiss.
 _TORCH_MAX_D = 40
 #: Queries per block of the torch shortlist: 32 at N = 50,000, more with fewer points, up to
-#: 512 (a block's distances at most 2^20 floats). At d = 20 and 500 queries: 2.9 -> 1.6 ms at
-#: N = 500 and 4.8 -> 2.4 ms at N = 1,000; at N = 50,000 blocks of 512 took twice as long.
+#: 512 (a block's distances at most 2^20 floats beyond 32 queries). At d = 20 and 500
+#: queries: 2.9 -> 1.6 ms at N = 500 and 4.8 -> 2.4 ms at N = 1,000; at N = 50,000 blocks of
+#: 512 took twice as long.
 _TORCH_BLOCK = 32
 _TORCH_BLOCK_MAX = 512
 #: faiss's blocking of its distance products: 1024 queries by 4096 points measured ~13 %

@@ -122,9 +122,9 @@ QUANTITIES: dict[str, tuple[Quantity, ...]] = {
 }
 
 DESCRIPTIONS = {
-    "turbo-enn": "The CMA region's step size sigma (trust_region cma, the default) or the box's "
-    "side length (halved after failures, doubled after successes) and its success and failure "
-    "counters (trust_region box), and the restarts.",
+    "turbo-enn": "The CMA region's step size sigma (the default from 2 to 50 parameters) or "
+    "the box's side length (halved after failures, doubled after successes) and its success "
+    "and failure counters (trust_region box), and the restarts.",
     "lcbo": "The local search's phase, the exact-penalty weight, the KKT residual and the "
     "gradient's posterior deviation at the iterate, and feasibility.",
     "pom": "Each proposed point's probability of Pareto-optimality and each batch's POM "

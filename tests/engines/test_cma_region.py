@@ -260,6 +260,8 @@ def test_the_same_seed_gives_the_same_cma_proposals_and_the_box_above_fifty_para
     [
         ({}, 50, True),
         ({}, 51, False),
+        ({}, 1, False),
+        ({"trust_region": "cma"}, 1, True),
         ({"trust_region": "cma"}, 100, True),
         ({"trust_region": "cma"}, 101, False),
         ({"trust_region": "box"}, 2, False),
@@ -269,6 +271,23 @@ def test_the_region_by_dimension_and_option(options, d, cma):
     X = np.random.default_rng(0).random((3 * d, d))
     proposal = _ask(make_engine("turbo-enn", options), _problem(d), X, X.sum(axis=1), None, {}, 2)
     assert (proposal.state["cma"] is not None) == cma
+
+
+def test_a_corner_optimum_is_not_proposed_again_in_a_continuous_space():
+    """Draws clipped in every coordinate land on a corner of the cube, where a told optimum
+    on the bounds sits; ENN's mean there is its value, so without the check they win."""
+    d = 3
+    problem = _problem(d)
+    engine = make_engine("turbo-enn")
+    X, Y, state = np.zeros((0, d)), np.zeros(0), {}
+    for step in range(120):
+        proposal = _ask(engine, problem, X, Y, None, state, 4, seed=step)
+        state = proposal.state
+        told = {row.tobytes() for row in X}
+        assert not any(row.tobytes() in told for row in proposal.X), step
+        X = np.vstack([X, proposal.X])
+        Y = np.concatenate([Y, proposal.X.sum(axis=1)])
+    assert np.any(np.all(X == 0.0, axis=1))  # the corner optimum was found, once
 
 
 def test_a_box_state_under_the_cma_region_is_rebuilt_around_the_incumbent():
