@@ -16,8 +16,10 @@ Rules every engine follows (``tests/engines/test_contract.py`` checks them for e
   again.
 - ``state`` is the JSON document the engine returned last time (``{}`` on the first ask). The
   engine never changes it in place; it returns a new JSON-serializable dict in
-  ``proposal.state``. If the state cannot be used (an older layout), the engine rebuilds what it
-  needs from the history: lost state costs time, never a study.
+  ``proposal.state``, which may share unchanged nested values with ``state`` (copying a large
+  one costs time), so neither the engine nor its caller changes either in place. If the state
+  cannot be used (an older layout), the engine rebuilds what it needs from the history: lost
+  state costs time, never a study.
 - No I/O, no wall clock, no global random state: all randomness comes from ``rng``, so the same
   inputs and seed give the same proposal in any process.
 - Options are fixed when the engine is built (``engines.registry.make_engine``), and an unknown
