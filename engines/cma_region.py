@@ -161,14 +161,14 @@ def exhausted(cma: JSON) -> bool:
     """Whether the distribution has converged or degenerated (module docstring)."""
     mean, sigma = np.asarray(cma["mean"]), float(cma["sigma"])
     C, p_c = np.asarray(cma["cov"]), np.asarray(cma["p_c"])
-    diag = np.diag(C)
+    steps = sigma * np.sqrt(np.maximum(np.diag(C), 0))  # each coordinate's deviation
     recent = cma["recent"]
     if len(recent) >= cma["recent_max"] and max(recent) - min(recent) < _TOL_FUN:
         return True
     tol_x = _TOL_X * float(cma["sigma0"])
-    if np.all(sigma * np.sqrt(np.maximum(diag, 0)) < tol_x) and np.all(sigma * np.abs(p_c) < tol_x):
+    if np.all(steps < tol_x) and np.all(sigma * np.abs(p_c) < tol_x):
         return True
-    if np.any(mean == mean + 0.2 * sigma * np.sqrt(np.maximum(diag, 0))):
+    if np.any(mean == mean + 0.2 * steps):
         return True
     _, D = _eigen(C)
     return bool((D.max() / D.min()) ** 2 > _MAX_CONDITION)
@@ -185,8 +185,9 @@ def _clip_lengths(Y: np.ndarray, C_inv_sqrt: np.ndarray) -> np.ndarray:
 
 def _eigen(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``C = B diag(D^2) B^T``: the eigenvectors ``B`` and the square roots ``D`` of the
-    eigenvalues (floored at 1e-300, so a degenerate ``C`` still samples)."""
-    eigenvalues, B = np.linalg.eigh((C + C.T) / 2)
+    eigenvalues (floored at 1e-300, so a degenerate ``C`` still samples). ``update`` keeps
+    ``C`` symmetric (``eigh`` reads one triangle)."""
+    eigenvalues, B = np.linalg.eigh(C)
     return B, np.sqrt(np.maximum(eigenvalues, 1e-300))
 
 

@@ -111,7 +111,7 @@ class TrustRegion(SearchState):
     last_q: int
     b: float
     a: float
-    n_updated: int  # History rows the CMA region has learned from (``tr_start`` in a box)
+    n_updated: int  # History rows the CMA region has learned from (unused in a box)
     cma: JSON | None  # the CMA region's distribution (``engines.cma_region``), None in a box
 
     @classmethod
@@ -264,9 +264,8 @@ class TurboENNEngine(ModelBasedEngine):
         the trials told from now on."""
         region = None
         if cma:
-            told = history.n > 0
-            best = history.X[_best_row(_keys(history.Y[:, 0], history.C))] if told else None
-            mean = best if best is not None else np.full(d, 0.5)
+            best = _best_row(_keys(history.Y[:, 0], history.C)) if history.n else None
+            mean = history.X[best] if best is not None else np.full(d, 0.5)
             region = cma_region.start(mean, _CMA_SIGMA_INIT, self._population(d))
         return TrustRegion(
             **SearchState.first_fields(_STATE_VERSION, rng),
@@ -355,12 +354,12 @@ class TurboENNEngine(ModelBasedEngine):
         ``lambda`` (ranked by incumbent key); a new region if that exhausts it."""
         lam = self._population(d)
         tr = replace(tr, n_seen=history.n)
-        if history.n - tr.n_updated < lam:
+        if history.n - tr.n_updated < lam or tr.cma is None:
             return tr
         rows = slice(tr.n_updated, history.n)
         keys = _keys(history.Y[rows, 0], history.C[rows])
         order = np.lexsort((keys[:, 1], keys[:, 0]))
-        cma = cma_region.update(tr.cma or {}, history.X[rows][order], keys[order, 1])
+        cma = cma_region.update(tr.cma, history.X[rows][order], keys[order, 1])
         tr = replace(tr, cma=cma, n_updated=history.n)
         if not cma_region.exhausted(cma):
             return tr
