@@ -56,14 +56,12 @@ from bench.turbo_enn_runs import run_ennbo
 
 D = 20
 Q = 4
-METHODS = ("turbo-enn", "optuna-cmaes", "ennbo", "turbo-enn box", "turbo-enn cma")
-#: turbo-enn's options per method: its defaults, and each region asked for by name (the default
-#: is the CMA region up to 50 parameters, the box above), to decide the region on the tuning
-#: half. "turbo-enn cma" runs only when asked (``--methods``): at d = 20 it is the default.
+METHODS = ("turbo-enn", "optuna-cmaes", "ennbo", "turbo-enn box")
+#: turbo-enn's options per method: its defaults (the CMA region at every d bbob has), and the
+#: ablation with TuRBO's box region, to decide the region on the tuning half.
 TURBO_ENN_OPTIONS: dict[str, dict[str, Any]] = {
     "turbo-enn": {},
     "turbo-enn box": {"trust_region": "box"},
-    "turbo-enn cma": {"trust_region": "cma"},
 }
 CODE_PATHS = ("engines", "bench/turbo_enn_peers.py", "bench/bbob.py")
 
@@ -130,7 +128,7 @@ def run_one(job: Job, budget: int, d: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 functions, 1 seed, 200 evals")
-    parser.add_argument("--methods", default=",".join(METHODS[:4]), help="a subset of the methods")
+    parser.add_argument("--methods", default=",".join(METHODS), help="a subset of the methods")
     parser.add_argument("--functions", help="comma list of bbob function numbers (default all)")
     parser.add_argument(
         "--dimension",

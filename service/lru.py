@@ -5,6 +5,7 @@ their bytes (a job worker's checkpoints)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -44,20 +45,17 @@ class LruCache:
     def put(self, key: Hashable, value: Any) -> None:
         """Keep ``value`` under ``key`` (the most recently used), evicting the least recently
         used beyond the bounds."""
-        limit = self.max_bytes
-
-        def size(v: Any) -> int:
-            return len(v) if limit is not None else 0
-
+        limit = math.inf if self.max_bytes is None else self.max_bytes
         with self._lock:
-            old = self._entries.pop(key, None)
-            self._bytes -= size(old) if old is not None else 0
-            if self.max_entries <= 0 or (limit is not None and size(value) > limit):
+            self._bytes -= self._size(self._entries.pop(key, None))
+            if self.max_entries <= 0 or self._size(value) > limit:
                 return  # not kept, and no older value under the key either
-            self._bytes += size(value)
+            self._bytes += self._size(value)
             self._entries[key] = value
-            while len(self._entries) > self.max_entries or (
-                limit is not None and self._bytes > limit
-            ):
+            while len(self._entries) > self.max_entries or self._bytes > limit:
                 _, evicted = self._entries.popitem(last=False)
-                self._bytes -= size(evicted)
+                self._bytes -= self._size(evicted)
+
+    def _size(self, value: Any) -> int:
+        """The bytes ``value`` counts for: none without a byte bound (or without a value)."""
+        return len(value) if self.max_bytes is not None and value is not None else 0
